@@ -1,0 +1,70 @@
+# attn: a Lua-scriptable attention engine.
+#   make          build build/attn/core.so and copy the Lua layer into build/
+#   make test     run every busted spec (ends with "N passed, N failed")
+#   make demo     run the notebook demo
+#   make install  PREFIX=/usr/local: standard Lua 5.4 paths
+#   make clean
+
+PREFIX  ?= /usr/local
+BUILD   ?= build
+CC      ?= gcc
+LUA     ?= lua5.4
+BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLASINC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+
+# FMA and AVX2 where the building CPU has them (the RNG uses fmaf either way).
+ARCH := $(shell grep -q -w avx2 /proc/cpuinfo 2>/dev/null && grep -q -w fma /proc/cpuinfo 2>/dev/null && echo -mavx2 -mfma)
+
+WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = $(CFLAGS) $(ARCH) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
+             -I/usr/include/lua5.4 -I$(BLASINC)
+LDFLAGS ?=
+ALL_LDFLAGS = $(LDFLAGS) -shared -fopenmp -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+
+SRC  := $(wildcard src/*.c)
+OBJ  := $(SRC:src/%.c=$(BUILD)/obj/%.o)
+LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
+LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
+SO   := $(BUILD)/attn/core.so
+
+PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted gcc make
+
+.PHONY: all test demo install clean deps
+all: deps $(SO) $(LUAOUT)
+
+# Install missing Debian packages: as root with apt-get, else with sudo, else say which.
+deps:
+	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "attn: installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then (sudo apt-get update -qq || true) && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "attn: missing Debian packages:$$missing -- install them with: sudo apt-get install$$missing" >&2; exit 1; fi; \
+	fi
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(SO): $(OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(OBJ) -o $@ $(ALL_LDFLAGS)
+
+$(BUILD)/%.lua: lua/%.lua
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+test: all
+	@scripts/run-specs
+
+demo: all
+	@scripts/attn-lua scripts/demo.lua
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/lua/5.4/attn $(DESTDIR)$(PREFIX)/share/lua/5.4
+	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/lua/5.4/attn/core.so
+	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/lua/5.4/{} \;
+
+clean:
+	rm -rf $(BUILD)

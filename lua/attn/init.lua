@@ -1,0 +1,49 @@
+--- attn: a Lua-scriptable attention engine.
+-- `require "attn"` returns this module table: tensors, maths, attention and
+-- the `nn` classes. The C core lives in `attn.core`; this file gathers it and
+-- the Lua layer into one table.
+-- @module attn
+local core = require "attn.core"
+
+local attn = {}
+for name, fn in pairs(core) do
+  if type(fn) == "function" then attn[name] = fn end
+end
+
+--- Methods of every tensor (`t:name(...)`); Lua files of the layer add to it.
+attn.Tensor = core.Tensor
+local Tensor, mt = core.Tensor, core.Tensor_mt
+
+--- True when `x` is an attn tensor.
+function attn.is_tensor(x)
+  return getmetatable(x) == mt
+end
+
+--- A zero tensor of `t`'s shape.
+function attn.zeros_like(t) return attn.zeros(t:size()) end
+--- A tensor of ones of `t`'s shape.
+function attn.ones_like(t) return attn.ones(t:size()) end
+
+--- `|a - b| <= atol + rtol * |b|` everywhere (broadcasting), NaN never close.
+-- @param a tensor
+-- @param b tensor
+-- @param[opt=1e-5] rtol
+-- @param[opt=1e-8] atol
+function attn.allclose(a, b, rtol, atol)
+  if not attn.is_tensor(a) then error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")", 2) end
+  if not attn.is_tensor(b) then error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")", 2) end
+  rtol, atol = rtol or 1e-5, atol or 1e-8
+  local ok = (a - b):abs():le(b:abs() * rtol + atol)
+  if ok:numel() == 0 then return true end
+  return ok:min():item() == 1
+end
+Tensor.allclose = attn.allclose
+
+--- The same tensor (every tensor is float32); for code ported from PyTorch.
+function Tensor.float(t) return t end
+--- A view of `t` with `other`'s shape.
+function Tensor.view_as(t, other) return t:view(other:size()) end
+--- `t` expanded to `other`'s shape.
+function Tensor.expand_as(t, other) return t:expand(other:size()) end
+
+return attn

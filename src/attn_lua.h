@@ -1,0 +1,53 @@
+/* What the binding files share: the attn.Tensor userdata and argument checks.
+ * Only the binding (src/lua_*.c) includes Lua headers and raises Lua errors;
+ * 1-based Lua dims and indices become 0-based here, once. */
+#ifndef ATTN_LUA_H
+#define ATTN_LUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "tensor.h"
+
+#define ATTN_TENSOR_NAME "attn.Tensor"
+
+/* The userdata is an attn_tensor; its user value 1 is the storage (a plain
+ * full userdata holding the floats, so the garbage collector sees the bytes).
+ * Views share the storage object, which keeps it alive. */
+
+attn_tensor *attnL_test(lua_State *L, int arg);
+/* The tensor at arg, or an error "fname: bad argument #arg 'what' (expected attn.Tensor, got T)". */
+attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what);
+
+/* Push a new contiguous tensor of this shape, zero-filled. Raises (naming fname
+ * and the bytes) on overflowing sizes and on allocation failure. */
+attn_tensor *attnL_push_new(lua_State *L, int ndim, const int64_t *size, const char *fname);
+/* Same, uninitialised: for kernels that write every element. */
+attn_tensor *attnL_push_uninit(lua_State *L, int ndim, const int64_t *size, const char *fname);
+/* Push a view described by `view` that shares the storage of the tensor at base. */
+attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view);
+/* Push a contiguous copy of t if it is not contiguous, else t itself; returns the pushed one. */
+attn_tensor *attnL_push_contiguous(lua_State *L, int arg, const char *fname);
+
+/* Raise the core's last error: "fname: message". */
+int attnL_core_error(lua_State *L, const char *fname);
+/* luaL_error with "fname: " in front. */
+int attnL_error(lua_State *L, const char *fname, const char *fmt, ...);
+
+/* A 1-based (or negative, from the end) dim of a tensor with ndim dims; 0-based result. */
+int attnL_checkdim(lua_State *L, int arg, int ndim, const char *fname);
+/* An integer argument (a float with an integral value is accepted). */
+int64_t attnL_checkinteger(lua_State *L, int arg, const char *fname, const char *what);
+/* A number argument. */
+double attnL_checknumber(lua_State *L, int arg, const char *fname, const char *what);
+/* Sizes given as varargs from `first`, or as one table at `first`; -1 allowed once if
+ * allow_infer (returned as -1). Returns the count of dims. */
+int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, const char *fname);
+/* "[2, 3]" of a tensor, for messages. */
+const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
+
+/* Registration of each binding file's functions into the module table on top of the stack. */
+void attnL_open_tensor(lua_State *L);
+void attnL_open_math(lua_State *L);
+
+#endif

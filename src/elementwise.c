@@ -1,0 +1,195 @@
+/* Elementwise kernels: binary ops with broadcasting, unary maths, fills,
+ * masked_fill, triu/tril, arange. */
+#include <math.h>
+#include <string.h>
+
+#include "iter.h"
+#include "ops.h"
+
+/* PyTorch's pow special cases, so x^2 is x*x bit for bit. */
+static inline float pow_f(float a, float b) {
+  if (b == 2.0f) return a * a;
+  if (b == 1.0f) return a;
+  if (b == 0.5f) return sqrtf(a);
+  if (b == -1.0f) return 1.0f / a;
+  if (b == 3.0f) return a * a * a;
+  if (b == -2.0f) return 1.0f / (a * a);
+  return powf(a, b);
+}
+
+/* NaN propagating maximum/minimum (torch.maximum). */
+static inline float max_f(float a, float b) {
+  if (a != a || b != b) return a + b;
+  return a > b ? a : b;
+}
+static inline float min_f(float a, float b) {
+  if (a != a || b != b) return a + b;
+  return a < b ? a : b;
+}
+
+#define BINARY_LOOP(EXPR)                                                        \
+  do {                                                                           \
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                   \
+      for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); } \
+    } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {                            \
+      float y = b[0];                                                            \
+      for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }         \
+    } else {                                                                     \
+      for (int64_t i = 0; i < n; i++) {                                          \
+        float x = a[i * s[1]], y = b[i * s[2]];                                  \
+        o[i * s[0]] = (EXPR);                                                    \
+      }                                                                          \
+    }                                                                            \
+  } while (0)
+
+static void binary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+  float *o = p[0];
+  const float *a = p[1], *b = p[2];
+  switch (*(const attn_binop *)ctx) {
+    case ATTN_ADD: BINARY_LOOP(x + y); break;
+    case ATTN_SUB: BINARY_LOOP(x - y); break;
+    case ATTN_MUL: BINARY_LOOP(x * y); break;
+    case ATTN_DIV: BINARY_LOOP(x / y); break;
+    case ATTN_POW: BINARY_LOOP(pow_f(x, y)); break;
+    case ATTN_EQ: BINARY_LOOP(x == y ? 1.0f : 0.0f); break;
+    case ATTN_NE: BINARY_LOOP(x != y ? 1.0f : 0.0f); break;
+    case ATTN_GT: BINARY_LOOP(x > y ? 1.0f : 0.0f); break;
+    case ATTN_LT: BINARY_LOOP(x < y ? 1.0f : 0.0f); break;
+    case ATTN_GE: BINARY_LOOP(x >= y ? 1.0f : 0.0f); break;
+    case ATTN_LE: BINARY_LOOP(x <= y ? 1.0f : 0.0f); break;
+    case ATTN_MAXIMUM: BINARY_LOOP(max_f(x, y)); break;
+    case ATTN_MINIMUM: BINARY_LOOP(min_f(x, y)); break;
+  }
+}
+
+/* Overlap of out with an input that is not exactly out itself would make an
+ * in-place op read values it already wrote. */
+static int partially_overlaps(const attn_tensor *out, const attn_tensor *in) {
+  if (in->data == out->data && attn_same_shape(in, out)) {
+    for (int d = 0; d < out->ndim; d++)
+      if (out->size[d] > 1 && in->stride[d] != out->stride[d]) return 1;
+    return 0;
+  }
+  return 0;
+}
+
+attn_status attn_binary(attn_binop op, const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
+  attn_tensor ea, eb;
+  attn_status st;
+  if ((st = attn_expand(a, out->ndim, out->size, &ea)) != ATTN_OK) return st;
+  if ((st = attn_expand(b, out->ndim, out->size, &eb)) != ATTN_OK) return st;
+  if (partially_overlaps(out, &ea) || partially_overlaps(out, &eb))
+    return attn_fail(ATTN_EARG, "the output overlaps an input in a way an in-place op cannot handle");
+  const attn_tensor *ops[3] = {out, &ea, &eb};
+  attn_foreach(3, ops, binary_row, &op);
+  return ATTN_OK;
+}
+
+static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+#define UNARY_LOOP(EXPR)                                                          \
+  do {                                                                            \
+    if (s[0] == 1 && s[1] == 1) {                                                 \
+      for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }          \
+    } else {                                                                      \
+      for (int64_t i = 0; i < n; i++) { float x = a[i * s[1]]; o[i * s[0]] = (EXPR); } \
+    }                                                                             \
+  } while (0)
+
+static void unary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+  float *o = p[0];
+  const float *a = p[1];
+  switch (*(const attn_unop *)ctx) {
+    case ATTN_COPY: UNARY_LOOP(x); break;
+    case ATTN_NEG: UNARY_LOOP(-x); break;
+    case ATTN_EXP: UNARY_LOOP(expf(x)); break;
+    case ATTN_LOG: UNARY_LOOP(logf(x)); break;
+    case ATTN_SQRT: UNARY_LOOP(sqrtf(x)); break;
+    case ATTN_TANH: UNARY_LOOP(tanhf(x)); break;
+    case ATTN_ABS: UNARY_LOOP(fabsf(x)); break;
+    case ATTN_NONZERO: UNARY_LOOP(x != 0.0f ? 1.0f : 0.0f); break;
+    case ATTN_SIGMOID: UNARY_LOOP(sigmoid_f(x)); break;
+    case ATTN_RELU: UNARY_LOOP(x > 0.0f ? x : (x != x ? x : 0.0f)); break;
+    case ATTN_RECIPROCAL: UNARY_LOOP(1.0f / x); break;
+  }
+}
+
+attn_status attn_unary(attn_unop op, const attn_tensor *a, attn_tensor *out) {
+  attn_tensor ea;
+  attn_status st;
+  if ((st = attn_expand(a, out->ndim, out->size, &ea)) != ATTN_OK) return st;
+  if (partially_overlaps(out, &ea))
+    return attn_fail(ATTN_EARG, "the output overlaps the input in a way an in-place op cannot handle");
+  /* a copy between distinct buffers that are both contiguous is one memmove */
+  if (op == ATTN_COPY && attn_is_contiguous(out) && attn_is_contiguous(&ea) && ea.data != out->data) {
+    memmove(out->data, ea.data, (size_t)attn_numel(out) * sizeof(float));
+    return ATTN_OK;
+  }
+  const attn_tensor *ops[2] = {out, &ea};
+  attn_foreach(2, ops, unary_row, &op);
+  return ATTN_OK;
+}
+
+static void fill_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+  float v = *(const float *)ctx, *o = p[0];
+  for (int64_t i = 0; i < n; i++) o[i * s[0]] = v;
+}
+
+attn_status attn_fill(attn_tensor *out, float value) {
+  const attn_tensor *ops[1] = {out};
+  attn_foreach(1, ops, fill_row, &value);
+  return ATTN_OK;
+}
+
+static void masked_fill_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+  float v = *(const float *)ctx, *o = p[0];
+  const float *m = p[1];
+  for (int64_t i = 0; i < n; i++)
+    if (m[i * s[1]] != 0.0f) o[i * s[0]] = v;
+}
+
+attn_status attn_masked_fill(attn_tensor *out, const attn_tensor *mask, float value) {
+  attn_tensor em;
+  attn_status st;
+  if ((st = attn_expand(mask, out->ndim, out->size, &em)) != ATTN_OK) return st;
+  const attn_tensor *ops[2] = {out, &em};
+  attn_foreach(2, ops, masked_fill_row, &value);
+  return ATTN_OK;
+}
+
+attn_status attn_triangle(const attn_tensor *a, attn_tensor *out, int64_t k, int upper) {
+  if (a->ndim < 2) return attn_fail(ATTN_ESHAPE, "expected at least 2 dims, got %d", a->ndim);
+  if (!attn_same_shape(a, out)) return attn_fail(ATTN_ESHAPE, "output shape differs from input");
+  if (a != out && a->data != out->data) {
+    attn_status st = attn_unary(ATTN_COPY, a, out);
+    if (st != ATTN_OK) return st;
+  }
+  int nd = out->ndim;
+  int64_t m = out->size[nd - 2], n = out->size[nd - 1];
+  int64_t batch = attn_numel(out) / (m * n > 0 ? m * n : 1);
+  if (m * n == 0) return ATTN_OK;
+  for (int64_t bi = 0; bi < batch; bi++) {
+    int64_t rem = bi;
+    float *base = out->data;
+    for (int d = nd - 3; d >= 0; d--) {
+      base += (rem % out->size[d]) * out->stride[d];
+      rem /= out->size[d];
+    }
+    for (int64_t i = 0; i < m; i++) {
+      float *row = base + i * out->stride[nd - 2];
+      for (int64_t j = 0; j < n; j++) {
+        /* triu keeps j - i >= k, tril keeps j - i <= k */
+        int keep = upper ? (j - i >= k) : (j - i <= k);
+        if (!keep) row[j * out->stride[nd - 1]] = 0.0f;
+      }
+    }
+  }
+  return ATTN_OK;
+}
+
+attn_status attn_arange(attn_tensor *out, double start, double step) {
+  if (out->ndim != 1) return attn_fail(ATTN_ESHAPE, "arange output must be 1-D");
+  for (int64_t i = 0; i < out->size[0]; i++)
+    out->data[i * out->stride[0]] = (float)(start + (double)i * step);
+  return ATTN_OK;
+}

@@ -1,0 +1,18 @@
+/* luaopen_attn_core: the module table of attn.core, the attn.Tensor
+ * metatable and its methods table. */
+#include "attn_lua.h"
+
+#define ATTN_EXPORT __attribute__((visibility("default")))
+
+ATTN_EXPORT int luaopen_attn_core(lua_State *L);
+
+int luaopen_attn_core(lua_State *L) {
+  lua_newtable(L);                       /* module */
+  lua_newtable(L);                       /* methods */
+  luaL_newmetatable(L, ATTN_TENSOR_NAME); /* metatable, with __name */
+  attnL_open_tensor(L);
+  attnL_open_math(L);
+  lua_setfield(L, -3, "Tensor_mt");
+  lua_setfield(L, -2, "Tensor");
+  return 1;
+}

@@ -1,0 +1,320 @@
+/* Tensor maths from Lua: operators, elementwise methods, reductions,
+ * softmax, masks, comparisons, matmul. */
+#include <math.h>
+#include <string.h>
+
+#include "attn_lua.h"
+#include "ops.h"
+
+/* A tensor or number operand; numbers become 0-dim tensors over `scalar`. */
+static attn_tensor operand(lua_State *L, int arg, float *scalar, const char *fn, const char *what) {
+  attn_tensor *t = attnL_test(L, arg);
+  if (t) return *t;
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    *scalar = (float)lua_tonumber(L, arg);
+    return attn_make(scalar, 0, NULL);
+  }
+  attnL_error(L, fn, "bad argument #%d '%s' (expected attn.Tensor or number, got %s)", arg, what, luaL_typename(L, arg));
+  return *t; /* not reached */
+}
+
+static int binary(lua_State *L, attn_binop op, const char *fn) {
+  float sa, sb;
+  attn_tensor a = operand(L, 1, &sa, fn, "self"), b = operand(L, 2, &sb, fn, "other");
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  if (attn_broadcast_shape(a.ndim, a.size, b.ndim, b.size, &ndim, size) != ATTN_OK) attnL_core_error(L, fn);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
+  if (attn_binary(op, &a, &b, out) != ATTN_OK) attnL_core_error(L, fn);
+  return 1;
+}
+
+/* self op= other, in place; other must broadcast to self's shape. */
+static int binary_(lua_State *L, attn_binop op, const char *fn) {
+  attn_tensor *self = attnL_check(L, 1, fn, "self");
+  float sb;
+  attn_tensor b = operand(L, 2, &sb, fn, "other");
+  if (attn_binary(op, self, &b, self) != ATTN_OK) {
+    char b1[200], b2[200];
+    attnL_error(L, fn, "other of shape %s does not broadcast to self's shape %s", attnL_shape(&b, b1, sizeof b1),
+                attnL_shape(self, b2, sizeof b2));
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
+#define BINARY(name, op, fn) \
+  static int name(lua_State *L) { return binary(L, op, fn); }
+BINARY(m_add, ATTN_ADD, "attn.add")
+BINARY(m_sub, ATTN_SUB, "attn.sub")
+BINARY(m_mul, ATTN_MUL, "attn.mul")
+BINARY(m_div, ATTN_DIV, "attn.div")
+BINARY(m_pow, ATTN_POW, "attn.pow")
+BINARY(m_eq, ATTN_EQ, "attn.eq")
+BINARY(m_ne, ATTN_NE, "attn.ne")
+BINARY(m_gt, ATTN_GT, "attn.gt")
+BINARY(m_lt, ATTN_LT, "attn.lt")
+BINARY(m_ge, ATTN_GE, "attn.ge")
+BINARY(m_le, ATTN_LE, "attn.le")
+BINARY(m_maximum, ATTN_MAXIMUM, "attn.maximum")
+BINARY(m_minimum, ATTN_MINIMUM, "attn.minimum")
+
+#define BINARY_(name, op, fn) \
+  static int name(lua_State *L) { return binary_(L, op, fn); }
+BINARY_(m_add_, ATTN_ADD, "Tensor:add_")
+BINARY_(m_sub_, ATTN_SUB, "Tensor:sub_")
+BINARY_(m_mul_, ATTN_MUL, "Tensor:mul_")
+BINARY_(m_div_, ATTN_DIV, "Tensor:div_")
+
+static int unary(lua_State *L, attn_unop op, const char *fn) {
+  attn_tensor *a = attnL_check(L, 1, fn, "self");
+  attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
+  attn_unary(op, a, out);
+  return 1;
+}
+
+#define UNARY(name, op, fn) \
+  static int name(lua_State *L) { return unary(L, op, fn); }
+UNARY(m_neg, ATTN_NEG, "attn.neg")
+UNARY(m_exp, ATTN_EXP, "attn.exp")
+UNARY(m_log, ATTN_LOG, "attn.log")
+UNARY(m_sqrt, ATTN_SQRT, "attn.sqrt")
+UNARY(m_tanh, ATTN_TANH, "attn.tanh")
+UNARY(m_abs, ATTN_ABS, "attn.abs")
+UNARY(m_bool, ATTN_NONZERO, "attn.bool")
+UNARY(m_sigmoid, ATTN_SIGMOID, "attn.sigmoid")
+UNARY(m_relu, ATTN_RELU, "attn.relu")
+UNARY(m_reciprocal, ATTN_RECIPROCAL, "attn.reciprocal")
+
+/* Unary minus: Lua passes the operand twice. */
+static int mt_unm(lua_State *L) {
+  lua_settop(L, 1);
+  return unary(L, ATTN_NEG, "attn.neg");
+}
+
+static int m_fill_(lua_State *L) {
+  attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
+  attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int m_zero_(lua_State *L) {
+  attn_fill(attnL_check(L, 1, "Tensor:zero_", "self"), 0.0f);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int m_copy_(lua_State *L) {
+  const char *fn = "Tensor:copy_";
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
+  attn_tensor *src = attnL_check(L, 2, fn, "src");
+  char b1[200], b2[200];
+  attn_tensor e;
+  if (attn_expand(src, t->ndim, t->size, &e) != ATTN_OK)
+    attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
+                attnL_shape(t, b2, sizeof b2));
+  /* a source overlapping the destination is copied out first */
+  int64_t n = attn_numel(src);
+  if (n > 0 && src->data != t->data) {
+    attn_unary(ATTN_COPY, src, t);
+  } else if (n > 0) {
+    attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fn);
+    attn_unary(ATTN_COPY, src, tmp);
+    attn_unary(ATTN_COPY, tmp, t);
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* masked_fill(mask, value) and masked_fill_ */
+static int masked_fill(lua_State *L, int inplace, const char *fn) {
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
+  attn_tensor *mask = attnL_check(L, 2, fn, "mask");
+  float v = (float)attnL_checknumber(L, 3, fn, "value");
+  attn_tensor e;
+  char b1[200], b2[200];
+  if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
+    attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
+                attnL_shape(t, b2, sizeof b2));
+  attn_tensor *out = t;
+  if (!inplace) {
+    out = attnL_push_uninit(L, t->ndim, t->size, fn);
+    attn_unary(ATTN_COPY, t, out);
+  } else {
+    lua_settop(L, 1);
+  }
+  attn_masked_fill(out, mask, v);
+  return 1;
+}
+
+static int m_masked_fill(lua_State *L) { return masked_fill(L, 0, "attn.masked_fill"); }
+static int m_masked_fill_(lua_State *L) { return masked_fill(L, 1, "Tensor:masked_fill_"); }
+
+static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
+  int64_t k = lua_isnoneornil(L, 2) ? 0 : attnL_checkinteger(L, 2, fn, "diagonal");
+  if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
+  attn_tensor *out = t;
+  if (!inplace) out = attnL_push_uninit(L, t->ndim, t->size, fn);
+  else lua_settop(L, 1);
+  if (attn_triangle(t, out, k, upper) != ATTN_OK) attnL_core_error(L, fn);
+  return 1;
+}
+
+static int m_triu(lua_State *L) { return triangle(L, 1, 0, "attn.triu"); }
+static int m_tril(lua_State *L) { return triangle(L, 0, 0, "attn.tril"); }
+static int m_triu_(lua_State *L) { return triangle(L, 1, 1, "Tensor:triu_"); }
+static int m_tril_(lua_State *L) { return triangle(L, 0, 1, "Tensor:tril_"); }
+
+/* ---- reductions -------------------------------------------------------- */
+
+/* the output of a reduction along d: a's shape with d kept as 1 */
+static attn_tensor *push_reduced(lua_State *L, const attn_tensor *a, int d, const char *fn) {
+  int64_t size[ATTN_MAX_DIMS];
+  memcpy(size, a->size, sizeof size);
+  size[d] = 1;
+  return attnL_push_uninit(L, a->ndim, size, fn);
+}
+
+/* drop dim d of a tensor (in place on its descriptor) */
+static void drop_dim(attn_tensor *t, int d) {
+  for (int k = d; k < t->ndim - 1; k++) {
+    t->size[k] = t->size[k + 1];
+    t->stride[k] = t->stride[k + 1];
+  }
+  t->ndim--;
+}
+
+static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *fn) {
+  attn_tensor *a = attnL_check(L, 1, fn, "self");
+  if (lua_isnoneornil(L, 2)) {
+    float v;
+    int64_t at;
+    if (attn_reduce_all(op, a, &v, &at) != ATTN_OK) attnL_core_error(L, fn);
+    attn_tensor *out = attnL_push_uninit(L, 0, NULL, fn);
+    out->data[0] = want_indices == 2 ? (float)(at + 1) : v;
+    return 1;
+  }
+  if (a->ndim == 0) attnL_error(L, fn, "a 0-dim tensor has no dim to reduce");
+  int d = attnL_checkdim(L, 2, a->ndim, fn);
+  int keepdim = lua_toboolean(L, 3);
+  attn_tensor *vals = push_reduced(L, a, d, fn);
+  attn_tensor *idx = want_indices ? push_reduced(L, a, d, fn) : NULL;
+  if (attn_reduce_dim(op, a, d, vals, idx) != ATTN_OK) attnL_core_error(L, fn);
+  if (idx) {
+    int64_t n = attn_numel(idx);
+    for (int64_t i = 0; i < n; i++) idx->data[i] += 1.0f; /* 1-based, as every index in Lua */
+  }
+  if (!keepdim) {
+    drop_dim(vals, d);
+    if (idx) drop_dim(idx, d);
+  }
+  if (want_indices == 2) { /* argmax/argmin: the indices alone */
+    lua_remove(L, -2);
+    return 1;
+  }
+  return want_indices ? 2 : 1;
+}
+
+static int m_sum(lua_State *L) { return reduce(L, ATTN_SUM, 0, "attn.sum"); }
+static int m_mean(lua_State *L) { return reduce(L, ATTN_MEAN, 0, "attn.mean"); }
+static int m_max(lua_State *L) { return reduce(L, ATTN_MAX, !lua_isnoneornil(L, 2), "attn.max"); }
+static int m_min(lua_State *L) { return reduce(L, ATTN_MIN, !lua_isnoneornil(L, 2), "attn.min"); }
+static int m_argmax(lua_State *L) { return reduce(L, ATTN_MAX, 2, "attn.argmax"); }
+static int m_argmin(lua_State *L) { return reduce(L, ATTN_MIN, 2, "attn.argmin"); }
+
+static int softmax(lua_State *L, int log, const char *fn) {
+  attn_tensor *a = attnL_check(L, 1, fn, "self");
+  if (lua_isnoneornil(L, 2)) attnL_error(L, fn, "bad argument #2 'dim' (a dim is required)");
+  int d = attnL_checkdim(L, 2, a->ndim, fn);
+  attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
+  if (attn_softmax(a, d, out, log) != ATTN_OK) attnL_core_error(L, fn);
+  return 1;
+}
+
+static int m_softmax(lua_State *L) { return softmax(L, 0, "attn.softmax"); }
+static int m_log_softmax(lua_State *L) { return softmax(L, 1, "attn.log_softmax"); }
+
+static int m_equal(lua_State *L) {
+  attn_tensor *a = attnL_check(L, 1, "Tensor:equal", "self");
+  attn_tensor *b = attnL_check(L, 2, "Tensor:equal", "other");
+  if (!attn_same_shape(a, b)) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  attn_tensor *eq = attnL_push_uninit(L, a->ndim, a->size, "Tensor:equal");
+  attn_binary(ATTN_EQ, a, b, eq);
+  float v = 1.0f;
+  if (attn_numel(eq) > 0) attn_reduce_all(ATTN_MIN, eq, &v, NULL);
+  lua_pushboolean(L, v == 1.0f);
+  return 1;
+}
+
+/* ---- matmul ------------------------------------------------------------ */
+
+static int m_matmul(lua_State *L) {
+  const char *fn = "attn.matmul";
+  attn_tensor *a = attnL_check(L, 1, fn, "self");
+  attn_tensor *b = attnL_check(L, 2, fn, "other");
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  if (attn_matmul_shape(a, b, &ndim, size) != ATTN_OK) attnL_core_error(L, fn);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
+  if (attn_matmul(a, b, out) != ATTN_OK) attnL_core_error(L, fn);
+  return 1;
+}
+
+static int m_dot(lua_State *L) {
+  const char *fn = "attn.dot";
+  attn_tensor *a = attnL_check(L, 1, fn, "self");
+  attn_tensor *b = attnL_check(L, 2, fn, "other");
+  char b1[200], b2[200];
+  if (a->ndim != 1 || b->ndim != 1 || a->size[0] != b->size[0])
+    attnL_error(L, fn, "expected two 1-D tensors of the same size, got %s and %s", attnL_shape(a, b1, sizeof b1),
+                attnL_shape(b, b2, sizeof b2));
+  return m_matmul(L);
+}
+
+static int m_blas_info(lua_State *L) {
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, attn_blas_corename());
+  lua_setfield(L, -2, "core");
+  lua_pushinteger(L, attn_blas_threads());
+  lua_setfield(L, -2, "threads");
+  return 1;
+}
+
+static const luaL_Reg funcs[] = {
+  {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div}, {"pow", m_pow},
+  {"eq", m_eq}, {"ne", m_ne}, {"gt", m_gt}, {"lt", m_lt}, {"ge", m_ge}, {"le", m_le},
+  {"maximum", m_maximum}, {"minimum", m_minimum},
+  {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"tanh", m_tanh}, {"abs", m_abs},
+  {"bool", m_bool}, {"sigmoid", m_sigmoid}, {"relu", m_relu}, {"reciprocal", m_reciprocal},
+  {"masked_fill", m_masked_fill}, {"triu", m_triu}, {"tril", m_tril},
+  {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"argmax", m_argmax}, {"argmin", m_argmin},
+  {"softmax", m_softmax}, {"log_softmax", m_log_softmax}, {"equal", m_equal},
+  {"matmul", m_matmul}, {"dot", m_dot}, {NULL, NULL}};
+
+static const luaL_Reg methods_only[] = {
+  {"add_", m_add_}, {"sub_", m_sub_}, {"mul_", m_mul_}, {"div_", m_div_},
+  {"fill_", m_fill_}, {"zero_", m_zero_}, {"copy_", m_copy_}, {"masked_fill_", m_masked_fill_},
+  {"triu_", m_triu_}, {"tril_", m_tril_}, {NULL, NULL}};
+
+static const luaL_Reg metamethods[] = {
+  {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__pow", m_pow},
+  {"__unm", mt_unm}, {NULL, NULL}};
+
+/* Expects [module, methods, metatable] on top. */
+void attnL_open_math(lua_State *L) {
+  luaL_setfuncs(L, metamethods, 0);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, funcs, 0);
+  luaL_setfuncs(L, methods_only, 0);
+  lua_pop(L, 1);
+  lua_pushvalue(L, -3);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pushcfunction(L, m_blas_info);
+  lua_setfield(L, -2, "blas_info");
+  lua_pop(L, 1);
+}

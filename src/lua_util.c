@@ -1,0 +1,194 @@
+/* The attn.Tensor userdata: creation, storage, argument checks shared by the
+ * binding files. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attn_lua.h"
+#include "ops.h"
+
+attn_tensor *attnL_test(lua_State *L, int arg) {
+  return luaL_testudata(L, arg, ATTN_TENSOR_NAME);
+}
+
+attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what) {
+  attn_tensor *t = attnL_test(L, arg);
+  if (!t) {
+    const char *got = luaL_typename(L, arg);
+    if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) got = lua_tostring(L, -1);
+    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what, got);
+  }
+  return t;
+}
+
+int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  luaL_where(L, 1);
+  lua_pushfstring(L, "%s: ", fname);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  lua_concat(L, 3);
+  return lua_error(L);
+}
+
+int attnL_core_error(lua_State *L, const char *fname) {
+  return attnL_error(L, fname, "%s", attn_error_message());
+}
+
+const char *attnL_shape(const attn_tensor *t, char *buf, size_t len) {
+  return attn_shape_str(t, buf, len);
+}
+
+/* Storage allocation runs protected, so running out of memory becomes an
+ * error that names the request instead of Lua's bare "not enough memory". */
+static int allocate_storage(lua_State *L) {
+  size_t bytes = *(const size_t *)lua_touserdata(L, 1);
+  lua_newuserdatauv(L, bytes, 0);
+  return 1;
+}
+
+static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, const char *fname, int zero) {
+  int64_t numel;
+  if (ndim > ATTN_MAX_DIMS) attnL_error(L, fname, "at most %d dims are supported, got %d", ATTN_MAX_DIMS, ndim);
+  if (attn_numel_checked(ndim, size, &numel) != ATTN_OK) attnL_core_error(L, fname);
+  /* the userdata gets its metatable before any memory that could fail */
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, ATTN_TENSOR_NAME);
+  size_t bytes = (size_t)numel * sizeof(float);
+  lua_pushcfunction(L, allocate_storage);
+  lua_pushlightuserdata(L, &bytes);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    attnL_error(L, fname, "cannot allocate %I bytes for a tensor of %I elements (out of memory)",
+                (lua_Integer)bytes, (lua_Integer)numel);
+  }
+  float *data = lua_touserdata(L, -1);
+  if (zero && bytes) memset(data, 0, bytes);
+  lua_setiuservalue(L, -2, 1);
+  *t = attn_make(data, ndim, size);
+  return t;
+}
+
+attn_tensor *attnL_push_new(lua_State *L, int ndim, const int64_t *size, const char *fname) {
+  return push_tensor(L, ndim, size, fname, 1);
+}
+
+attn_tensor *attnL_push_uninit(lua_State *L, int ndim, const int64_t *size, const char *fname) {
+  return push_tensor(L, ndim, size, fname, 0);
+}
+
+attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
+  base = lua_absindex(L, base);
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  *t = *view;
+  luaL_setmetatable(L, ATTN_TENSOR_NAME);
+  lua_getiuservalue(L, base, 1);
+  lua_setiuservalue(L, -2, 1);
+  return t;
+}
+
+attn_tensor *attnL_push_contiguous(lua_State *L, int arg, const char *fname) {
+  attn_tensor *src = attnL_test(L, arg);
+  if (attn_is_contiguous(src)) {
+    lua_pushvalue(L, arg);
+    return src;
+  }
+  attn_tensor *dst = attnL_push_uninit(L, src->ndim, src->size, fname);
+  attn_unary(ATTN_COPY, src, dst);
+  return dst;
+}
+
+/* An integral value of a number argument, if it has one. */
+static int integral(lua_State *L, int arg, int64_t *out) {
+  if (lua_isinteger(L, arg)) {
+    *out = (int64_t)lua_tointeger(L, arg);
+    return 1;
+  }
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    double v = (double)lua_tonumber(L, arg);
+    if (v == v && v >= -9.2233720368547e18 && v <= 9.2233720368547e18 && (double)(int64_t)v == v) {
+      *out = (int64_t)v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static const char *describe(lua_State *L, int arg, char *buf, size_t len) {
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    lua_Number v = lua_tonumber(L, arg);
+    snprintf(buf, len, "%.14g", (double)v);
+    return buf;
+  }
+  if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) {
+    snprintf(buf, len, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return buf;
+  }
+  return luaL_typename(L, arg);
+}
+
+int64_t attnL_checkinteger(lua_State *L, int arg, const char *fname, const char *what) {
+  int64_t v;
+  if (!integral(L, arg, &v)) {
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected an integer, got %s)", arg, what,
+                describe(L, arg, buf, sizeof buf));
+  }
+  return v;
+}
+
+double attnL_checknumber(lua_State *L, int arg, const char *fname, const char *what) {
+  if (lua_type(L, arg) != LUA_TNUMBER) {
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected a number, got %s)", arg, what,
+                describe(L, arg, buf, sizeof buf));
+  }
+  return (double)lua_tonumber(L, arg);
+}
+
+int attnL_checkdim(lua_State *L, int arg, int ndim, const char *fname) {
+  int64_t d = attnL_checkinteger(L, arg, fname, "dim");
+  int64_t lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim : 1;
+  if (d == 0 || d < lo || d > hi)
+    attnL_error(L, fname, "bad argument #%d 'dim' (expected a dim in [%I, %I] excluding 0, got %I)", arg,
+                (lua_Integer)lo, (lua_Integer)hi, (lua_Integer)d);
+  return (int)(d > 0 ? d - 1 : d + (ndim > 0 ? ndim : 1));
+}
+
+/* One size element, at stack index idx, for message position pos. */
+static int64_t size_element(lua_State *L, int idx, int pos, int allow_infer, const char *fname) {
+  int64_t v;
+  if (!integral(L, idx, &v) || v < (allow_infer ? -1 : 0)) {
+    char buf[64];
+    attnL_error(L, fname, "size #%d must be a non-negative integer%s, got %s", pos,
+                allow_infer ? " (or -1)" : "", describe(L, idx, buf, sizeof buf));
+  }
+  return v;
+}
+
+int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, const char *fname) {
+  int n = 0, infer = 0;
+  if (lua_istable(L, first) && !attnL_test(L, first)) {
+    lua_Integer len = luaL_len(L, first);
+    if (len > ATTN_MAX_DIMS) attnL_error(L, fname, "at most %d dims are supported, got %I", ATTN_MAX_DIMS, len);
+    if (lua_gettop(L) > first && !lua_isnil(L, first + 1))
+      attnL_error(L, fname, "sizes given as a table take no further size arguments");
+    for (lua_Integer i = 1; i <= len; i++) {
+      lua_geti(L, first, i);
+      size[n] = size_element(L, -1, n + 1, allow_infer, fname);
+      lua_pop(L, 1);
+      n++;
+    }
+  } else {
+    int top = lua_gettop(L);
+    if (top - first + 1 > ATTN_MAX_DIMS)
+      attnL_error(L, fname, "at most %d dims are supported, got %d", ATTN_MAX_DIMS, top - first + 1);
+    for (int i = first; i <= top; i++, n++) size[n] = size_element(L, i, n + 1, allow_infer, fname);
+  }
+  for (int i = 0; i < n; i++)
+    if (size[i] == -1 && infer++) attnL_error(L, fname, "only one size may be -1");
+  return n;
+}

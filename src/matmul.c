@@ -1,0 +1,153 @@
+/* torch.matmul on top of cblas_sgemm.  Strided operands go to BLAS as
+ * transpose flags when one of their matrix dims is unit-stride; only other
+ * layouts are copied (once, into scratch). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+char *openblas_get_corename(void);
+int openblas_get_num_threads(void);
+
+const char *attn_blas_corename(void) { return openblas_get_corename(); }
+int attn_blas_threads(void) { return openblas_get_num_threads(); }
+
+/* Batches of matrices at least this small (m*n*k) run one per thread. */
+#define ATTN_SMALL_GEMM (96 * 96 * 96)
+
+attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size) {
+  char b1[200], b2[200];
+  if (a->ndim == 0 || b->ndim == 0)
+    return attn_fail(ATTN_ESHAPE, "both arguments need at least 1 dim, got %s and %s",
+                     attn_shape_str(a, b1, sizeof b1), attn_shape_str(b, b2, sizeof b2));
+  int64_t ka = a->size[a->ndim - 1];
+  int64_t kb = b->ndim == 1 ? b->size[0] : b->size[b->ndim - 2];
+  if (ka != kb)
+    return attn_fail(ATTN_ESHAPE, "shapes %s and %s cannot be multiplied (%lld ~= %lld)",
+                     attn_shape_str(a, b1, sizeof b1), attn_shape_str(b, b2, sizeof b2), (long long)ka,
+                     (long long)kb);
+  int na = a->ndim >= 2 ? a->ndim - 2 : 0, nb = b->ndim >= 2 ? b->ndim - 2 : 0;
+  int nbatch;
+  int64_t batch[ATTN_MAX_DIMS];
+  attn_status st = attn_broadcast_shape(na, a->size, nb, b->size, &nbatch, batch);
+  if (st != ATTN_OK)
+    return attn_fail(ATTN_ESHAPE, "shapes %s and %s cannot be multiplied (batch dims do not broadcast)",
+                     attn_shape_str(a, b1, sizeof b1), attn_shape_str(b, b2, sizeof b2));
+  int n = 0;
+  for (int i = 0; i < nbatch; i++) size[n++] = batch[i];
+  if (a->ndim >= 2) size[n++] = a->size[a->ndim - 2];
+  if (b->ndim >= 2) size[n++] = b->size[b->ndim - 1];
+  if (n > ATTN_MAX_DIMS) return attn_fail(ATTN_ESHAPE, "result would have more than %d dims", ATTN_MAX_DIMS);
+  *ndim = n;
+  return ATTN_OK;
+}
+
+/* How a [rows, cols] matrix with strides (sr, sc) goes to row-major BLAS. */
+static int blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS_TRANSPOSE *tr, int64_t *ld) {
+  if ((sc == 1 || cols == 1) && (sr >= (cols > 1 ? cols : 1) || rows == 1)) {
+    *tr = CblasNoTrans;
+    *ld = rows == 1 ? (cols > 1 ? cols : 1) : sr;
+    return 1;
+  }
+  if ((sr == 1 || rows == 1) && (sc >= (rows > 1 ? rows : 1) || cols == 1)) {
+    *tr = CblasTrans;
+    *ld = cols == 1 ? (rows > 1 ? rows : 1) : sc;
+    return 1;
+  }
+  return 0;
+}
+
+/* t as a batch of [r, c] matrices expanded to the batch shape; a contiguous
+ * copy into *scratch when its layout cannot go to BLAS. */
+typedef struct operand {
+  attn_tensor t;  /* [batch..., r, c] */
+  CBLAS_TRANSPOSE tr;
+  int64_t ld;
+} operand;
+
+static attn_status prepare(operand *op, const attn_tensor *src, int nbatch, const int64_t *batch, float **scratch) {
+  int64_t r = src->size[src->ndim - 2], c = src->size[src->ndim - 1];
+  int64_t sr = src->stride[src->ndim - 2], sc = src->stride[src->ndim - 1];
+  attn_tensor mat = *src;
+  *scratch = NULL;
+  if (!blas_layout(r, c, sr, sc, &op->tr, &op->ld)) {
+    int64_t n = attn_numel(src);
+    float *buf = malloc((size_t)n * sizeof(float));
+    if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %lld bytes of scratch", (long long)n * 4);
+    attn_tensor dense = attn_make(buf, src->ndim, src->size);
+    attn_unary(ATTN_COPY, src, &dense);
+    mat = dense;
+    *scratch = buf;
+    op->tr = CblasNoTrans;
+    op->ld = c > 1 ? c : 1;
+  }
+  int64_t full[ATTN_MAX_DIMS];
+  for (int i = 0; i < nbatch; i++) full[i] = batch[i];
+  full[nbatch] = r;
+  full[nbatch + 1] = c;
+  return attn_expand(&mat, nbatch + 2, full, &op->t);
+}
+
+attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
+  int ondim;
+  int64_t osize[ATTN_MAX_DIMS];
+  attn_status st = attn_matmul_shape(a, b, &ondim, osize);
+  if (st != ATTN_OK) return st;
+  if (out->ndim != ondim || !attn_is_contiguous(out)) return attn_fail(ATTN_ESHAPE, "bad matmul output");
+  for (int i = 0; i < ondim; i++)
+    if (out->size[i] != osize[i]) return attn_fail(ATTN_ESHAPE, "bad matmul output shape");
+
+  /* 1-D operands become [1, k] and [k, 1] matrices */
+  attn_tensor a2 = *a, b2 = *b;
+  if (a->ndim == 1) {
+    a2.ndim = 2;
+    a2.size[1] = a->size[0];
+    a2.stride[1] = a->stride[0];
+    a2.size[0] = 1;
+    a2.stride[0] = 0;
+  }
+  if (b->ndim == 1) {
+    b2.ndim = 2;
+    b2.size[0] = b->size[0];
+    b2.stride[0] = b->stride[0];
+    b2.size[1] = 1;
+    b2.stride[1] = 0;
+  }
+  int64_t m = a2.size[a2.ndim - 2], k = a2.size[a2.ndim - 1], n = b2.size[b2.ndim - 1];
+  int nbatch;
+  int64_t batch[ATTN_MAX_DIMS];
+  st = attn_broadcast_shape(a2.ndim - 2, a2.size, b2.ndim - 2, b2.size, &nbatch, batch);
+  if (st != ATTN_OK) return st;
+  int64_t nb = 1;
+  for (int i = 0; i < nbatch; i++) nb *= batch[i];
+  if (nb == 0 || m == 0 || n == 0) return ATTN_OK;
+  if (k == 0) return attn_fill(out, 0.0f);
+
+  operand oa, ob;
+  float *sa = NULL, *sb = NULL;
+  if ((st = prepare(&oa, &a2, nbatch, batch, &sa)) != ATTN_OK) return st;
+  if ((st = prepare(&ob, &b2, nbatch, batch, &sb)) != ATTN_OK) {
+    free(sa);
+    return st;
+  }
+  int small = m * n * k <= ATTN_SMALL_GEMM && nb > 1 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (small)
+  for (int64_t bi = 0; bi < nb; bi++) {
+    const float *pa = oa.t.data, *pb = ob.t.data;
+    int64_t rem = bi;
+    for (int d = nbatch - 1; d >= 0; d--) {
+      int64_t i = rem % batch[d];
+      rem /= batch[d];
+      pa += i * oa.t.stride[d];
+      pb += i * ob.t.stride[d];
+    }
+    float *pc = out->data + bi * m * n;
+    cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)m, (blasint)n, (blasint)k, 1.0f, pa, (blasint)oa.ld, pb,
+                (blasint)ob.ld, 0.0f, pc, (blasint)n);
+  }
+  free(sa);
+  free(sb);
+  return ATTN_OK;
+}

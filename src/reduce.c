@@ -1,0 +1,171 @@
+/* Reductions along a dim, full reductions, softmax/log_softmax, cat. */
+#include <math.h>
+#include <string.h>
+
+#include "iter.h"
+#include "ops.h"
+
+/* One line along the reduced dim: length and stride per operand. */
+typedef struct line_ctx {
+  int op;            /* attn_reduceop, or log flag for softmax */
+  int has_indices;   /* max/min: operand 2 receives the argmax/argmin */
+  int64_t len;
+  int64_t in_stride, out_stride;
+} line_ctx;
+
+/* a view of t whose dim d has size 1: the walk then visits one line start per position */
+static attn_tensor line_starts(const attn_tensor *t, int d) {
+  attn_tensor r = *t;
+  r.size[d] = 1;
+  r.stride[d] = 0;
+  return r;
+}
+
+static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void *vctx) {
+  const line_ctx *c = vctx;
+  for (int64_t i = 0; i < n; i++) {
+    const float *x = p[1] + i * s[1];
+    float *o = p[0] + i * s[0];
+    if (c->op == ATTN_SUM || c->op == ATTN_MEAN) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < c->len; j++) acc += (double)x[j * c->in_stride];
+      if (c->op == ATTN_MEAN) acc /= (double)c->len;
+      *o = (float)acc;
+    } else {
+      float best = x[0];
+      int64_t at = 0;
+      for (int64_t j = 1; j < c->len && best == best; j++) {
+        float v = x[j * c->in_stride];
+        if (v != v || (c->op == ATTN_MAX ? v > best : v < best)) {
+          best = v;
+          at = j;
+        }
+      }
+      *o = best;
+      if (c->has_indices) p[2][i * s[2]] = (float)at;
+    }
+  }
+}
+
+attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_tensor *out,
+                            attn_tensor *indices) {
+  if (d < 0 || d >= a->ndim) return attn_fail(ATTN_EARG, "dim out of range");
+  if (out->ndim != a->ndim) return attn_fail(ATTN_ESHAPE, "output rank differs");
+  for (int k = 0; k < a->ndim; k++)
+    if (out->size[k] != (k == d ? 1 : a->size[k]))
+      return attn_fail(ATTN_ESHAPE, "output shape does not fit the reduction");
+  int64_t len = a->size[d];
+  if (len == 0 && (op == ATTN_MAX || op == ATTN_MIN))
+    return attn_fail(ATTN_EARG, "cannot take %s of an empty dim", op == ATTN_MAX ? "max" : "min");
+  attn_tensor starts = line_starts(a, d);
+  line_ctx c = {(int)op, indices != NULL, len, a->stride[d], 0};
+  if (len == 0) return attn_fill(out, op == ATTN_MEAN ? NAN : 0.0f);
+  const attn_tensor *ops[3] = {out, &starts, indices};
+  attn_foreach(indices ? 3 : 2, ops, reduce_row, &c);
+  return ATTN_OK;
+}
+
+attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, int64_t *index) {
+  int64_t n = attn_numel(a);
+  if (n == 0) {
+    if (op == ATTN_MAX || op == ATTN_MIN)
+      return attn_fail(ATTN_EARG, "cannot take %s of an empty tensor", op == ATTN_MAX ? "max" : "min");
+    *out = op == ATTN_MEAN ? NAN : 0.0f;
+    return ATTN_OK;
+  }
+  int64_t idx[ATTN_MAX_DIMS] = {0};
+  double acc = 0.0;
+  float best = 0.0f;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float v = *attn_at(a, idx);
+    if (op == ATTN_SUM || op == ATTN_MEAN) {
+      acc += (double)v;
+    } else if (i == 0 || (best == best && (v != v || (op == ATTN_MAX ? v > best : v < best)))) {
+      best = v;
+      at = i;
+    }
+    for (int d = a->ndim - 1; d >= 0; d--) {
+      if (++idx[d] < a->size[d]) break;
+      idx[d] = 0;
+    }
+  }
+  if (op == ATTN_SUM) *out = (float)acc;
+  else if (op == ATTN_MEAN) *out = (float)(acc / (double)n);
+  else *out = best;
+  if (index) *index = at;
+  return ATTN_OK;
+}
+
+static void softmax_row(int64_t n, float *const *p, const int64_t *s, const void *vctx) {
+  const line_ctx *c = vctx;
+  int64_t len = c->len, si = c->in_stride, so = c->out_stride;
+  for (int64_t i = 0; i < n; i++) {
+    const float *x = p[1] + i * s[1];
+    float *o = p[0] + i * s[0];
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+      float v = x[j * si];
+      if (v > mx || v != v) mx = v;
+      if (mx != mx) break;
+    }
+    if (c->op) { /* log_softmax: x - max - log(sum(exp(x - max))) */
+      double sum = 0.0;
+      for (int64_t j = 0; j < len; j++) sum += (double)expf(x[j * si] - mx);
+      float lse = logf((float)sum);
+      for (int64_t j = 0; j < len; j++) o[j * so] = x[j * si] - mx - lse;
+    } else { /* exp(x - max) * (1 / sum), as PyTorch's CPU kernel */
+      float sum = 0.0f;
+      for (int64_t j = 0; j < len; j++) {
+        float e = expf(x[j * si] - mx);
+        o[j * so] = e;
+        sum += e;
+      }
+      float inv = 1.0f / sum;
+      for (int64_t j = 0; j < len; j++) o[j * so] *= inv;
+    }
+  }
+}
+
+attn_status attn_softmax(const attn_tensor *a, int d, attn_tensor *out, int log) {
+  if (!attn_same_shape(a, out)) return attn_fail(ATTN_ESHAPE, "output shape differs from input");
+  if (a->ndim == 0) { /* softmax of a scalar is 1 (log: 0), unless NaN */
+    float v = a->data[0];
+    out->data[0] = v != v ? v : (log ? 0.0f : 1.0f);
+    return ATTN_OK;
+  }
+  if (d < 0 || d >= a->ndim) return attn_fail(ATTN_EARG, "dim out of range");
+  if (a->size[d] == 0) return ATTN_OK;
+  attn_tensor in_starts = line_starts(a, d), out_starts = line_starts(out, d);
+  line_ctx c = {log, 0, a->size[d], a->stride[d], out->stride[d]};
+  const attn_tensor *ops[2] = {&out_starts, &in_starts};
+  attn_foreach(2, ops, softmax_row, &c);
+  return ATTN_OK;
+}
+
+attn_status attn_cat(const attn_tensor *const *parts, int n, int d, attn_tensor *out) {
+  int64_t offset = 0;
+  for (int i = 0; i < n; i++) {
+    const attn_tensor *p = parts[i];
+    if (p->ndim != out->ndim) return attn_fail(ATTN_ESHAPE, "part %d has %d dims, expected %d", i + 1, p->ndim, out->ndim);
+    for (int k = 0; k < out->ndim; k++)
+      if (k != d && p->size[k] != out->size[k]) {
+        char b1[200], b2[200];
+        return attn_fail(ATTN_ESHAPE, "part %d has shape %s, which does not fit %s outside dim %d", i + 1,
+                         attn_shape_str(p, b1, sizeof b1), attn_shape_str(out, b2, sizeof b2), d + 1);
+      }
+    offset += p->size[d];
+  }
+  if (offset != out->size[d]) return attn_fail(ATTN_ESHAPE, "parts do not add up to the output size");
+  offset = 0;
+  for (int i = 0; i < n; i++) {
+    attn_tensor slot = *out;
+    slot.data = out->data + offset * out->stride[d];
+    slot.size[d] = parts[i]->size[d];
+    offset += parts[i]->size[d];
+    if (slot.size[d] == 0) continue;
+    attn_status st = attn_unary(ATTN_COPY, parts[i], &slot);
+    if (st != ATTN_OK) return st;
+  }
+  return ATTN_OK;
+}

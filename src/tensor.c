@@ -1,0 +1,186 @@
+/* Shape bookkeeping shared by every kernel, and the core's error channel. */
+#include "tensor.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char error_message[512];
+
+const char *attn_error_message(void) { return error_message; }
+
+attn_status attn_fail(attn_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_message, sizeof error_message, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *attn_sizes_str(int ndim, const int64_t *size, char *buf, size_t len) {
+  size_t used = 0;
+  if (len == 0) return buf;
+  buf[0] = '\0';
+  used += (size_t)snprintf(buf + used, len - used, "[");
+  for (int d = 0; d < ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, d ? ", %lld" : "%lld", (long long)size[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+const char *attn_shape_str(const attn_tensor *t, char *buf, size_t len) {
+  return attn_sizes_str(t->ndim, t->size, buf, len);
+}
+
+attn_status attn_numel_checked(int ndim, const int64_t *size, int64_t *numel) {
+  int64_t n = 1;
+  int empty = 0;
+  for (int d = 0; d < ndim; d++) {
+    if (size[d] < 0) return attn_fail(ATTN_EARG, "size %lld is negative", (long long)size[d]);
+    if (size[d] == 0) empty = 1;
+  }
+  if (empty) { *numel = 0; return ATTN_OK; }
+  /* bytes must fit in both int64_t and size_t */
+  const int64_t limit = (int64_t)((SIZE_MAX / sizeof(float) < (uint64_t)INT64_MAX / sizeof(float))
+                                      ? SIZE_MAX / sizeof(float)
+                                      : (uint64_t)INT64_MAX / sizeof(float));
+  for (int d = 0; d < ndim; d++) {
+    if (n > limit / size[d]) {
+      char buf[200];
+      return attn_fail(ATTN_EOVERFLOW, "size %s has too many elements (the byte count overflows)",
+                       attn_sizes_str(ndim, size, buf, sizeof buf));
+    }
+    n *= size[d];
+  }
+  *numel = n;
+  return ATTN_OK;
+}
+
+int64_t attn_numel(const attn_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->size[d];
+  return n;
+}
+
+int attn_is_contiguous(const attn_tensor *t) {
+  int64_t expected = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->size[d] == 0) return 1;
+    if (t->size[d] != 1 && t->stride[d] != expected) return 0;
+    expected *= t->size[d];
+  }
+  return 1;
+}
+
+int attn_same_shape(const attn_tensor *a, const attn_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->size[d] != b->size[d]) return 0;
+  return 1;
+}
+
+void attn_contiguous_strides(int ndim, const int64_t *size, int64_t *stride) {
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= size[d] > 0 ? size[d] : 1;
+  }
+}
+
+attn_tensor attn_make(float *data, int ndim, const int64_t *size) {
+  attn_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.ndim = ndim;
+  for (int d = 0; d < ndim; d++) t.size[d] = size[d];
+  attn_contiguous_strides(ndim, size, t.stride);
+  return t;
+}
+
+attn_status attn_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb,
+                                 int *out_ndim, int64_t *out_size) {
+  int n = na > nb ? na : nb;
+  for (int i = 0; i < n; i++) {
+    int ia = na - n + i, ib = nb - n + i;
+    int64_t a = ia >= 0 ? sa[ia] : 1, b = ib >= 0 ? sb[ib] : 1;
+    if (a != b && a != 1 && b != 1) {
+      char bufa[200], bufb[200];
+      return attn_fail(ATTN_ESHAPE, "shapes %s and %s cannot be broadcast (%lld ~= %lld at dim %d)",
+                       attn_sizes_str(na, sa, bufa, sizeof bufa), attn_sizes_str(nb, sb, bufb, sizeof bufb),
+                       (long long)a, (long long)b, i + 1);
+    }
+    out_size[i] = a == 1 ? b : a;
+  }
+  *out_ndim = n;
+  return ATTN_OK;
+}
+
+attn_status attn_expand(const attn_tensor *t, int ndim, const int64_t *size, attn_tensor *out) {
+  attn_tensor r;
+  if (ndim < t->ndim) {
+    char bufa[200], bufb[200];
+    return attn_fail(ATTN_ESHAPE, "cannot expand %s to %s (fewer dims)", attn_shape_str(t, bufa, sizeof bufa),
+                     attn_sizes_str(ndim, size, bufb, sizeof bufb));
+  }
+  memset(&r, 0, sizeof r);
+  r.data = t->data;
+  r.ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    int it = t->ndim - ndim + i;
+    if (it < 0) {
+      r.size[i] = size[i];
+      r.stride[i] = 0;
+    } else if (t->size[it] == size[i]) {
+      r.size[i] = size[i];
+      r.stride[i] = size[i] == 1 ? 0 : t->stride[it];
+    } else if (t->size[it] == 1) {
+      r.size[i] = size[i];
+      r.stride[i] = 0;
+    } else {
+      char bufa[200], bufb[200];
+      return attn_fail(ATTN_ESHAPE, "cannot expand %s to %s (%lld ~= %lld at dim %d)",
+                       attn_shape_str(t, bufa, sizeof bufa), attn_sizes_str(ndim, size, bufb, sizeof bufb),
+                       (long long)t->size[it], (long long)size[i], i + 1);
+    }
+  }
+  *out = r;
+  return ATTN_OK;
+}
+
+/* PyTorch's computeStride: split or merge runs of dims that are contiguous
+ * among themselves. */
+int attn_view_strides(const attn_tensor *t, int ndim, const int64_t *size, int64_t *stride) {
+  int64_t numel = attn_numel(t);
+  if (numel == 0 || t->ndim == 0) { /* every view size is then 0 or 1 */
+    attn_contiguous_strides(ndim, size, stride);
+    return 1;
+  }
+  int view_d = ndim - 1;
+  int64_t chunk_base_stride = t->ndim ? t->stride[t->ndim - 1] : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int tensor_d = t->ndim - 1; tensor_d >= 0; tensor_d--) {
+    tensor_numel *= t->size[tensor_d];
+    if (tensor_d == 0 ||
+        (t->size[tensor_d - 1] != 1 && t->stride[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || size[view_d] == 1)) {
+        stride[view_d] = view_numel * chunk_base_stride;
+        view_numel *= size[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return 0;
+      if (tensor_d > 0) {
+        chunk_base_stride = t->stride[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return 0;
+  return 1;
+}
+
+float *attn_at(const attn_tensor *t, const int64_t *index) {
+  float *p = t->data;
+  for (int d = 0; d < t->ndim; d++) p += index[d] * t->stride[d];
+  return p;
+}

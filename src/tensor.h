@@ -1,0 +1,63 @@
+/* The C core's tensor: a strided float32 view over memory the caller owns.
+ *
+ * The core never allocates tensor storage and never sees Lua: every kernel
+ * writes into an output descriptor prepared by its caller, and reports bad
+ * input by returning a status with a message (attn_error_message()).
+ * Dims are 0-based here; the binding converts Lua's 1-based dims once. */
+#ifndef ATTN_TENSOR_H
+#define ATTN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ATTN_MAX_DIMS 8
+
+typedef struct attn_tensor {
+  float *data;                        /* element [0, ..., 0] */
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  int64_t stride[ATTN_MAX_DIMS];      /* in elements, may be 0 (expanded) */
+} attn_tensor;
+
+typedef enum attn_status {
+  ATTN_OK = 0,
+  ATTN_ESHAPE,      /* shapes do not fit together */
+  ATTN_EARG,        /* a value out of its domain */
+  ATTN_ENOMEM,      /* scratch memory could not be had */
+  ATTN_EOVERFLOW    /* a size whose element or byte count overflows */
+} attn_status;
+
+/* Last error of the calling thread, set by the failing core function. */
+const char *attn_error_message(void);
+attn_status attn_fail(attn_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* "[2, 3]" into buf (always terminated). */
+const char *attn_shape_str(const attn_tensor *t, char *buf, size_t len);
+const char *attn_sizes_str(int ndim, const int64_t *size, char *buf, size_t len);
+
+/* Element count of a shape; ATTN_EOVERFLOW when the count, or its byte size,
+ * does not fit in int64_t / size_t (negative sizes are ATTN_EARG). */
+attn_status attn_numel_checked(int ndim, const int64_t *size, int64_t *numel);
+
+int64_t attn_numel(const attn_tensor *t);
+int attn_is_contiguous(const attn_tensor *t);
+int attn_same_shape(const attn_tensor *a, const attn_tensor *b);
+void attn_contiguous_strides(int ndim, const int64_t *size, int64_t *stride);
+/* A contiguous descriptor of the given shape over data. */
+attn_tensor attn_make(float *data, int ndim, const int64_t *size);
+
+/* Broadcast shape of a and b (PyTorch rules) into out_size/out_ndim. */
+attn_status attn_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb,
+                                 int *out_ndim, int64_t *out_size);
+/* View of t expanded to (ndim, size): new dims and size-1 dims get stride 0. */
+attn_status attn_expand(const attn_tensor *t, int ndim, const int64_t *size, attn_tensor *out);
+
+/* The strides a view of t with a new shape would have, if one exists without
+ * copying (torch's computeStride). Returns 1 and fills stride, or 0. */
+int attn_view_strides(const attn_tensor *t, int ndim, const int64_t *size, int64_t *stride);
+
+/* Element pointer at a multi-index (0-based). */
+float *attn_at(const attn_tensor *t, const int64_t *index);
+
+#endif
