@@ -324,7 +324,7 @@ static int m_narrow(lua_State *L) {
   int64_t s0 = start > 0 ? start - 1 : start + n;
   if (start == 0 || s0 < 0 || s0 > n || (start > 0 && start > n + 1))
     attnL_error(L, fn, "start %I is out of range for dim %d of size %I", (lua_Integer)start, d + 1, (lua_Integer)n);
-  if (len < 0 || s0 + len > n)
+  if (len < 0 || len > n - s0)
     attnL_error(L, fn, "start %I + length %I exceeds dim %d of size %I", (lua_Integer)start, (lua_Integer)len, d + 1,
                 (lua_Integer)n);
   attn_tensor v = *t;
