@@ -502,6 +502,8 @@ static int m_expand(lua_State *L) {
     }
   }
   attn_tensor v;
+  int64_t numel;
+  if (attn_numel_checked(n, size, &numel) != ATTN_OK) attnL_core_error(L, fn);
   if (attn_expand(t, n, size, &v) != ATTN_OK)
     attnL_error(L, fn, "cannot expand %s to %s", attnL_shape(t, b1, sizeof b1), attn_sizes_str(n, size, b2, sizeof b2));
   attnL_push_view(L, 1, &v);
