@@ -187,9 +187,23 @@ attn_status attn_triangle(const attn_tensor *a, attn_tensor *out, int64_t k, int
   return ATTN_OK;
 }
 
+/* torch.arange's CPU kernel (AVX2/default build, 8-float vectors): the
+ * vectorised loop covers whole blocks of 16 elements, each 8-wide vector
+ * starting from base = (float)(start + step * i0) and adding j * step to that
+ * float32 base in double; the tail is start + step * i in double. So
+ * arange(0, 2, 0.1)[10] is 0.8f + 0.1 = 0.900000036, as PyTorch gives. */
 attn_status attn_arange(attn_tensor *out, double start, double step) {
   if (out->ndim != 1) return attn_fail(ATTN_ESHAPE, "arange output must be 1-D");
-  for (int64_t i = 0; i < out->size[0]; i++)
-    out->data[i * out->stride[0]] = (float)(start + (double)i * step);
+  int64_t n = out->size[0], vec_end = n / 16 * 16;
+  for (int64_t i = 0; i < n; i++) {
+    double v;
+    if (i < vec_end) {
+      float base = (float)(start + step * (double)(i - i % 8));
+      v = (double)base + (double)(i % 8) * step;
+    } else {
+      v = start + step * (double)i;
+    }
+    out->data[i * out->stride[0]] = (float)v;
+  }
   return ATTN_OK;
 }

@@ -144,7 +144,8 @@ static int t_tensor(lua_State *L) {
 /* cat(list, dim) / stack(list, dim) */
 static int join(lua_State *L, int stack, const char *fn) {
   const attn_tensor *parts[256];
-  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_istable(L, 1) || attnL_test(L, 1))
+    attnL_error(L, fn, "bad argument #1 'tensors' (expected a list of tensors, got %s)", luaL_typename(L, 1));
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
   if (n == 0) attnL_error(L, fn, "expected a non-empty list of tensors");
   if (n > 256) attnL_error(L, fn, "at most 256 tensors can be joined at once, got %I", n);
@@ -162,7 +163,9 @@ static int join(lua_State *L, int stack, const char *fn) {
     if (!(parts[i]->ndim == 1 && parts[i]->size[0] == 0)) { ref = parts[i]; break; }
   int ndim = ref->ndim + (stack ? 1 : 0);
   if (ndim == 0) attnL_error(L, fn, "cannot concatenate 0-dim tensors (use attn.stack)");
-  int d = lua_isnoneornil(L, 2) ? 0 : (lua_pushvalue(L, 2), attnL_checkdim(L, lua_gettop(L), ndim, fn));
+  if (ndim > ATTN_MAX_DIMS)
+    attnL_error(L, fn, "at most %d dims are supported, stacking %d-dim tensors gives %d", ATTN_MAX_DIMS, ref->ndim, ndim);
+  int d = lua_isnoneornil(L, 2) ? 0 : attnL_checkdim(L, 2, ndim, fn);
   attn_tensor views[256];
   int m = 0;
   int64_t size[ATTN_MAX_DIMS];
@@ -324,7 +327,7 @@ static int m_narrow(lua_State *L) {
   int64_t s0 = start > 0 ? start - 1 : start + n;
   if (start == 0 || s0 < 0 || s0 > n || (start > 0 && start > n + 1))
     attnL_error(L, fn, "start %I is out of range for dim %d of size %I", (lua_Integer)start, d + 1, (lua_Integer)n);
-  if (len < 0 || s0 + len > n)
+  if (len < 0 || len > n - s0)
     attnL_error(L, fn, "start %I + length %I exceeds dim %d of size %I", (lua_Integer)start, (lua_Integer)len, d + 1,
                 (lua_Integer)n);
   attn_tensor v = *t;
@@ -502,6 +505,8 @@ static int m_expand(lua_State *L) {
     }
   }
   attn_tensor v;
+  int64_t numel;
+  if (attn_numel_checked(n, size, &numel) != ATTN_OK) attnL_core_error(L, fn);
   if (attn_expand(t, n, size, &v) != ATTN_OK)
     attnL_error(L, fn, "cannot expand %s to %s", attnL_shape(t, b1, sizeof b1), attn_sizes_str(n, size, b2, sizeof b2));
   attnL_push_view(L, 1, &v);
