@@ -566,6 +566,10 @@ static int mt_newindex(lua_State *L) {
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
+  for (int d = 0; d < v.ndim; d++) /* as copy_: no copy into elements sharing memory */
+    if (v.stride[d] == 0 && v.size[d] > 1)
+      attnL_error(L, fn, "the tensor is expanded: several of its elements share memory, so it cannot be assigned "
+                  "a tensor (clone() it first)");
   if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
   return 0;
 }
