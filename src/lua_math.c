@@ -149,14 +149,19 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
   float v = (float)attnL_checknumber(L, 3, fn, "value");
   attn_tensor e;
   char b1[200], b2[200];
-  if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
-    attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
-                attnL_shape(t, b2, sizeof b2));
   attn_tensor *out = t;
-  if (!inplace) {
-    out = attnL_push_uninit(L, t->ndim, t->size, fn);
+  if (!inplace) { /* as torch.masked_fill: self and mask broadcast together */
+    int ndim;
+    int64_t size[ATTN_MAX_DIMS];
+    if (attn_broadcast_shape(t->ndim, t->size, mask->ndim, mask->size, &ndim, size) != ATTN_OK)
+      attnL_error(L, fn, "mask of shape %s does not broadcast with the shape %s", attnL_shape(mask, b1, sizeof b1),
+                  attnL_shape(t, b2, sizeof b2));
+    out = attnL_push_uninit(L, ndim, size, fn);
     attn_unary(ATTN_COPY, t, out);
   } else {
+    if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
+      attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
+                  attnL_shape(t, b2, sizeof b2));
     lua_settop(L, 1);
   }
   attn_masked_fill(out, mask, v);
