@@ -2,6 +2,7 @@
  * transpose flags when one of their matrix dims is unit-stride; only other
  * layouts are copied (once, into scratch). */
 #include <cblas.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,23 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     b2.size[1] = 1;
     b2.stride[1] = 0;
   }
+  /* [..., m, k] @ [k, n]: when a's leading dims fold into its rows without a
+   * copy, the whole product is one GEMM of (prod(...) * m) rows (Linear layers). */
+  if (b2.ndim == 2 && a2.ndim > 2) {
+    int64_t rows = 1, flat[2], fstride[2];
+    for (int d = 0; d < a2.ndim - 1; d++) rows *= a2.size[d];
+    flat[0] = rows;
+    flat[1] = a2.size[a2.ndim - 1];
+    if (attn_view_strides(&a2, 2, flat, fstride)) {
+      attn_tensor folded = a2;
+      folded.ndim = 2;
+      folded.size[0] = flat[0];
+      folded.size[1] = flat[1];
+      folded.stride[0] = fstride[0];
+      folded.stride[1] = fstride[1];
+      a2 = folded;
+    }
+  }
   int64_t m = a2.size[a2.ndim - 2], k = a2.size[a2.ndim - 1], n = b2.size[b2.ndim - 1];
   int nbatch;
   int64_t batch[ATTN_MAX_DIMS];
@@ -124,6 +142,9 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   for (int i = 0; i < nbatch; i++) nb *= batch[i];
   if (nb == 0 || m == 0 || n == 0) return ATTN_OK;
   if (k == 0) return attn_fill(out, 0.0f);
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return attn_fail(ATTN_EOVERFLOW, "matrix sizes %lld x %lld x %lld exceed the BLAS integer range", (long long)m,
+                     (long long)k, (long long)n);
 
   operand oa, ob;
   float *sa = NULL, *sb = NULL;
@@ -131,6 +152,11 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   if ((st = prepare(&ob, &b2, nbatch, batch, &sb)) != ATTN_OK) {
     free(sa);
     return st;
+  }
+  if (oa.ld > INT_MAX || ob.ld > INT_MAX) {
+    free(sa);
+    free(sb);
+    return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
   int small = m * n * k <= ATTN_SMALL_GEMM && nb > 1 && !omp_in_parallel();
 #pragma omp parallel for schedule(static) if (small)
