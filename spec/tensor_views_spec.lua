@@ -51,6 +51,15 @@ describe("indexing", function()
     C.fails(function() t[1] = attn.zeros(4) end, "attn.Tensor index assignment", "[4]")
     C.fails(function() t.x = 1 end, "attn.Tensor index assignment", "only integer indices")
   end)
+  it("t[i] = tensor into an expanded tensor is refused (its elements share memory)", function()
+    local e = attn.zeros(2, 1):expand(2, 3)
+    C.fails(function() e[1] = attn.tensor{1, 2, 3} end, "attn.Tensor index assignment", "share memory")
+    e[2] = 4 -- a fill is harmless, as fill_
+    C.is(e, {2, 3}, {0, 0, 0, 4, 4, 4})
+    local rows = attn.zeros(1, 3):expand(2, 3) -- a row of it has distinct elements: allowed, as in PyTorch
+    rows[1] = attn.tensor{1, 2, 3}
+    C.is(rows, {2, 3}, {1, 2, 3, 1, 2, 3})
+  end)
   it("unknown string keys give nil", function()
     assert.is_nil(grid().nonexistent_method)
   end)

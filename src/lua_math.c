@@ -29,16 +29,30 @@ static int binary(lua_State *L, attn_binop op, const char *fn) {
   return 1;
 }
 
+/* An in-place write into t would hit one memory location through several
+ * elements (an expanded, stride-0 dim): PyTorch refuses such writes. */
+static void check_no_internal_overlap(lua_State *L, const attn_tensor *t, const char *fn) {
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->size[d] > 1) {
+      char b[200];
+      attnL_error(L, fn, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
+                  "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
+    }
+}
+
 /* self op= other, in place; other must broadcast to self's shape. */
 static int binary_(lua_State *L, attn_binop op, const char *fn) {
   attn_tensor *self = attnL_check(L, 1, fn, "self");
   float sb;
   attn_tensor b = operand(L, 2, &sb, fn, "other");
-  if (attn_binary(op, self, &b, self) != ATTN_OK) {
+  attn_tensor e;
+  if (attn_expand(&b, self->ndim, self->size, &e) != ATTN_OK) {
     char b1[200], b2[200];
     attnL_error(L, fn, "other of shape %s does not broadcast to self's shape %s", attnL_shape(&b, b1, sizeof b1),
                 attnL_shape(self, b2, sizeof b2));
   }
+  check_no_internal_overlap(L, self, fn);
+  if (attn_binary(op, self, &b, self) != ATTN_OK) attnL_core_error(L, fn);
   lua_settop(L, 1);
   return 1;
 }
@@ -114,6 +128,7 @@ static int m_copy_(lua_State *L) {
   if (attn_expand(src, t->ndim, t->size, &e) != ATTN_OK)
     attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
                 attnL_shape(t, b2, sizeof b2));
+  check_no_internal_overlap(L, t, fn);
   /* a source overlapping the destination is copied out first */
   int64_t n = attn_numel(src);
   if (n > 0 && src->data != t->data) {
@@ -134,14 +149,19 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
   float v = (float)attnL_checknumber(L, 3, fn, "value");
   attn_tensor e;
   char b1[200], b2[200];
-  if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
-    attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
-                attnL_shape(t, b2, sizeof b2));
   attn_tensor *out = t;
-  if (!inplace) {
-    out = attnL_push_uninit(L, t->ndim, t->size, fn);
+  if (!inplace) { /* as torch.masked_fill: self and mask broadcast together */
+    int ndim;
+    int64_t size[ATTN_MAX_DIMS];
+    if (attn_broadcast_shape(t->ndim, t->size, mask->ndim, mask->size, &ndim, size) != ATTN_OK)
+      attnL_error(L, fn, "mask of shape %s does not broadcast with the shape %s", attnL_shape(mask, b1, sizeof b1),
+                  attnL_shape(t, b2, sizeof b2));
+    out = attnL_push_uninit(L, ndim, size, fn);
     attn_unary(ATTN_COPY, t, out);
   } else {
+    if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
+      attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
+                  attnL_shape(t, b2, sizeof b2));
     lua_settop(L, 1);
   }
   attn_masked_fill(out, mask, v);

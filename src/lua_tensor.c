@@ -1,4 +1,6 @@
 /* Tensor creation, inspection, indexing and views. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <math.h>
 #include <string.h>
 
@@ -566,6 +568,10 @@ static int mt_newindex(lua_State *L) {
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
+  for (int d = 0; d < v.ndim; d++) /* as copy_: no copy into elements sharing memory */
+    if (v.stride[d] == 0 && v.size[d] > 1)
+      attnL_error(L, fn, "the tensor is expanded: several of its elements share memory, so it cannot be assigned "
+                  "a tensor (clone() it first)");
   if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
   return 0;
 }
@@ -588,8 +594,19 @@ static const luaL_Reg methods[] = {
   {"permute", m_permute}, {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze}, {"expand", m_expand},
   {"contiguous", m_contiguous}, {"clone", m_clone}, {NULL, NULL}};
 
+/* lua_close() dlclose()s this module, which can unload libgomp while its
+ * idle worker threads still run its code: a segfault at exit in about 3 of 4
+ * runs after any parallel kernel. Keep the module, hence libgomp and
+ * OpenBLAS, loaded for the life of the process. */
+static void pin_module(void) {
+  Dl_info info;
+  if (dladdr((void *)pin_module, &info) && info.dli_fname)
+    (void)dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE); /* handle kept on purpose */
+}
+
 /* Expects [module, methods, metatable] on top; registers into them. */
 void attnL_open_tensor(lua_State *L) {
+  pin_module();
   lua_pushvalue(L, -2); /* methods as upvalue of __index */
   lua_pushcclosure(L, mt_index, 1);
   lua_setfield(L, -2, "__index");

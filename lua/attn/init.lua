@@ -33,7 +33,17 @@ function attn.allclose(a, b, rtol, atol)
   if not attn.is_tensor(a) then error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")", 2) end
   if not attn.is_tensor(b) then error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")", 2) end
   rtol, atol = rtol or 1e-5, atol or 1e-8
-  local ok = (a - b):abs():le(b:abs() * rtol + atol)
+  if type(rtol) ~= "number" then error("attn.allclose: bad argument #3 'rtol' (expected a number, got " .. type(rtol) .. ")", 2) end
+  if type(atol) ~= "number" then error("attn.allclose: bad argument #4 'atol' (expected a number, got " .. type(atol) .. ")", 2) end
+  local okd, diff = pcall(attn.sub, a, b)
+  if not okd then
+    error("attn.allclose: shapes [" .. table.concat(a:size(), ", ") .. "] and [" .. table.concat(b:size(), ", ")
+      .. "] cannot be broadcast", 2)
+  end
+  -- as torch.isclose: equal values (infinities included) are close, else a
+  -- finite |a - b| within atol + rtol * |b|
+  local err = diff:abs()
+  local ok = err:le(b:abs() * rtol + atol):mul_(err:lt(math.huge)):add_(a:eq(b)):bool()
   if ok:numel() == 0 then return true end
   return ok:min():item() == 1
 end
