@@ -1,0 +1,40 @@
+/* Attention kernels of the core: scaled dot-product attention with the
+ * scores materialised ("math" kernel), one (batch, head) slice at a time.
+ *
+ * Shapes (PyTorch names): q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev];
+ * mask and bias broadcast to [..., Lq, Lk]; the leading dims "..." of q, k, v,
+ * mask and bias broadcast together (PyTorch rules) into the batch shape B.
+ * out [B..., Lq, Ev], weights [B..., Lq, Lk], both contiguous, caller-owned. */
+#ifndef ATTN_ATTENTION_H
+#define ATTN_ATTENTION_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+typedef struct attn_sdpa_opts {
+  float scale;                /* q is multiplied by it (in float32) before q k^T, as torch 1.13 does */
+  int is_causal;              /* query i sees keys 0..i (top-left aligned) */
+  const attn_tensor *mask;    /* NULL, or [..., Lq, Lk] broadcastable; nonzero = hidden */
+  const attn_tensor *bias;    /* NULL, or [..., Lq, Lk] broadcastable; added to the scaled scores */
+  double dropout_p;           /* in [0, 1); 0 = no dropout */
+  uint32_t dropout_draw;      /* the one 32-bit draw of this call when dropout_p > 0 */
+} attn_sdpa_opts;
+
+/* Default options: scale 1/sqrt(E) must still be set by the caller. */
+attn_sdpa_opts attn_sdpa_defaults(void);
+
+/* Shape of out ([B..., Lq, Ev]) into (ndim, size); checks every operand's
+ * shape (q, k, v at least 2 dims, E and Lk agree, mask/bias broadcast). */
+attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                            const attn_tensor *mask, const attn_tensor *bias, int *ndim, int64_t *size);
+
+/* out [B..., Lq, Ev] = softmax(mask(scale*q k^T + bias)) v, with dropout on the
+ * weights after the softmax; weights (NULL or [B..., Lq, Lk]) gets the
+ * weights after dropout. A query row whose keys are all hidden gives zeros.
+ * Parallel over the flattened batch B; the bits do not depend on the thread
+ * count. dropout_p > 0 needs the RNG module (ATTN_EARG without it). */
+attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                           const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights);
+
+#endif

@@ -1,0 +1,163 @@
+/* Attention from Lua: attn.scaled_dot_product_attention and
+ * attn.simple_attention over the core's math kernel (src/attention.c). */
+#include <math.h>
+#include <string.h>
+
+#include "attention.h"
+#include "attn_lua.h"
+
+/* Dropout inside attention needs the RNG module (src/rng.h, branch rng):
+ * switched on once that header is merged and checked. */
+#define ATTNL_HAVE_DROPOUT 0
+
+static const char *const SDPA = "attn.scaled_dot_product_attention";
+static const char *const SIMPLE = "attn.simple_attention";
+
+static const char *const option_names[] = {"mask", "bias", "is_causal", "scale", "dropout_p", "need_weights", "kernel",
+                                           NULL};
+#define OPTION_LIST "mask, bias, is_causal, scale, dropout_p, need_weights, kernel"
+
+/* Every key of the opts table at arg must be a known option name. */
+static void check_option_keys(lua_State *L, int arg) {
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    lua_pop(L, 1); /* value */
+    int known = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *key = lua_tostring(L, -1);
+      for (int i = 0; option_names[i]; i++)
+        if (strcmp(key, option_names[i]) == 0) known = 1;
+      if (!known) attnL_error(L, SDPA, "unknown option '%s' (expected one of " OPTION_LIST ")", key);
+    } else {
+      attnL_error(L, SDPA, "bad option key of type %s (expected one of " OPTION_LIST ")", luaL_typename(L, -1));
+    }
+  }
+}
+
+/* opts[name] pushed; a tensor option (or NULL when absent). */
+static attn_tensor *tensor_option(lua_State *L, int arg, const char *name) {
+  lua_getfield(L, arg, name);
+  if (lua_isnil(L, -1)) return NULL;
+  attn_tensor *t = attnL_test(L, -1);
+  if (!t) {
+    const char *got = luaL_typename(L, -1);
+    if (luaL_getmetafield(L, -1, "__name") == LUA_TSTRING) got = lua_tostring(L, -1);
+    attnL_error(L, SDPA, "bad option '%s' (expected attn.Tensor, got %s)", name, got);
+  }
+  return t;
+}
+
+static int bool_option(lua_State *L, int arg, const char *name) {
+  lua_getfield(L, arg, name);
+  int r = 0;
+  if (lua_isboolean(L, -1))
+    r = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    attnL_error(L, SDPA, "bad option '%s' (expected a boolean, got %s)", name, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return r;
+}
+
+/* opts[name] as a number; *present = 0 when absent. */
+static double number_option(lua_State *L, int arg, const char *name, int *present) {
+  lua_getfield(L, arg, name);
+  double r = 0.0;
+  *present = 0;
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    r = (double)lua_tonumber(L, -1);
+    *present = 1;
+  } else if (!lua_isnil(L, -1)) {
+    attnL_error(L, SDPA, "bad option '%s' (expected a number, got %s)", name, luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return r;
+}
+
+/* Run the kernel on tensors q, k, v with opts, pushing out (and weights). */
+static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, attn_tensor *v, attn_sdpa_opts *o,
+               int need_weights) {
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  if (attn_sdpa_shape(q, k, v, o->mask, o->bias, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, fname);
+  attn_tensor *w = NULL;
+  if (need_weights) {
+    size[ndim - 1] = k->size[k->ndim - 2];
+    w = attnL_push_uninit(L, ndim, size, fname);
+  }
+  if (o->dropout_p > 0.0) {
+#if ATTNL_HAVE_DROPOUT
+    o->dropout_draw = attn_rng_draw_u32(attn_rng_default());
+#else
+    attnL_error(L, fname, "dropout_p > 0 is not available yet (the RNG module is not built in); use dropout_p = 0");
+#endif
+  }
+  if (attn_sdpa_math(q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
+  return need_weights ? 2 : 1;
+}
+
+static int l_sdpa(lua_State *L) {
+  attn_tensor *q = attnL_check(L, 1, SDPA, "q");
+  attn_tensor *k = attnL_check(L, 2, SDPA, "k");
+  attn_tensor *v = attnL_check(L, 3, SDPA, "v");
+  attn_sdpa_opts o = attn_sdpa_defaults();
+  int need_weights = 0, have_scale = 0, have_p = 0;
+  double scale = 0.0;
+  if (!lua_isnoneornil(L, 4)) {
+    if (!lua_istable(L, 4) || attnL_test(L, 4))
+      attnL_error(L, SDPA, "bad argument #4 'opts' (expected a table of options, got %s)", luaL_typename(L, 4));
+    lua_settop(L, 4);
+    check_option_keys(L, 4);
+    o.mask = tensor_option(L, 4, "mask");   /* stays on the stack */
+    o.bias = tensor_option(L, 4, "bias");   /* stays on the stack */
+    o.is_causal = bool_option(L, 4, "is_causal");
+    need_weights = bool_option(L, 4, "need_weights");
+    scale = number_option(L, 4, "scale", &have_scale);
+    if (have_scale && !isfinite(scale)) attnL_error(L, SDPA, "bad option 'scale' (expected a finite number, got %f)", scale);
+    o.dropout_p = number_option(L, 4, "dropout_p", &have_p);
+    if (have_p && !(o.dropout_p >= 0.0 && o.dropout_p < 1.0))
+      attnL_error(L, SDPA, "bad option 'dropout_p' (expected a number in [0, 1), got %f)", o.dropout_p);
+    lua_getfield(L, 4, "kernel");
+    if (!lua_isnil(L, -1)) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        attnL_error(L, SDPA, "bad option 'kernel' (expected \"auto\", \"math\" or \"flash\", got %s)",
+                    luaL_typename(L, -1));
+      const char *kn = lua_tostring(L, -1);
+      if (strcmp(kn, "flash") == 0)
+        attnL_error(L, SDPA, "kernel \"flash\" (the fused kernel) is not built yet; use \"math\" or \"auto\"");
+      if (strcmp(kn, "auto") != 0 && strcmp(kn, "math") != 0)
+        attnL_error(L, SDPA, "unknown kernel \"%s\" (expected \"auto\", \"math\" or \"flash\")", kn);
+    }
+    lua_pop(L, 1);
+  }
+  if (q->ndim >= 1) {
+    int64_t e = q->size[q->ndim - 1];
+    o.scale = have_scale ? (float)scale : (float)(1.0 / sqrt((double)e));
+  }
+  return run(L, SDPA, q, k, v, &o, need_weights);
+}
+
+static int l_simple(lua_State *L) {
+  attn_tensor *x = attnL_check(L, 1, SIMPLE, "x");
+  if (x->ndim < 2) {
+    char buf[200];
+    attnL_error(L, SIMPLE, "bad argument #1 'x' (expected [n, d] or [..., n, d], got %s)",
+                attnL_shape(x, buf, sizeof buf));
+  }
+  if (!lua_isnoneornil(L, 2)) attnL_error(L, SIMPLE, "takes one argument, got %d", lua_gettop(L));
+  attn_sdpa_opts o = attn_sdpa_defaults();
+  o.scale = 1.0f;
+  return run(L, SIMPLE, x, x, x, &o, 0);
+}
+
+static const luaL_Reg funcs[] = {
+    {"scaled_dot_product_attention", l_sdpa},
+    {"simple_attention", l_simple},
+    {NULL, NULL},
+};
+
+void attnL_open_attention(lua_State *L) {
+  lua_pushvalue(L, -3);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+}
