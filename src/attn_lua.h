@@ -49,5 +49,6 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 /* Registration of each binding file's functions into the module table on top of the stack. */
 void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);
+void attnL_open_rng(lua_State *L);
 
 #endif

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "tensor.h"
+
 #define ATTN_MT_N 624
 
 typedef struct attn_generator {
@@ -19,8 +21,20 @@ typedef struct attn_generator {
   double normal;              /* its value */
 } attn_generator;
 
-/* Byte size of the state blob of attn_rng_get_state / attn_rng_set_state. */
+/* torch's default seed (default_rng_seed_val), used before any manual_seed. */
+#define ATTN_RNG_DEFAULT_SEED UINT64_C(67280421310721)
+
+/* Byte size of the state blob of attn_rng_get_state / attn_rng_set_state:
+ * magic "ATRN", 624 MT words, index, seed, cached-normal flag, cached normal
+ * (IEEE bits), all little-endian. */
 #define ATTN_RNG_STATE_BYTES (4 + 4 * ATTN_MT_N + 4 + 8 + 4 + 8)
+
+/* The process-wide default generator (torch's default CPU generator), seeded
+ * with ATTN_RNG_DEFAULT_SEED on first use. Kernels that need draws from Lua's
+ * attn.manual_seed stream (e.g. dropout inside attention: one attn_rng_u32,
+ * then attn_dropout_factors) take them from here. Not locked: use it from one
+ * thread at a time, never inside an OpenMP region. */
+attn_generator *attn_default_generator(void);
 
 /* torch.manual_seed: uses seed mod 2^32, clears the cached normal. */
 void attn_rng_seed(attn_generator *g, uint64_t seed);
@@ -44,7 +58,12 @@ void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, flo
 /* The whole state (MT words, index, seed, cached normal) as a fixed-size blob. */
 void attn_rng_get_state(const attn_generator *g, unsigned char out[ATTN_RNG_STATE_BYTES]);
 /* Restore a blob from attn_rng_get_state; ATTN_EARG (with a message) if it is
- * not a valid state. */
-int attn_rng_set_state(attn_generator *g, const unsigned char *in, int64_t len);
+ * not a valid state (wrong length, magic, index or flag); g is then unchanged. */
+attn_status attn_rng_set_state(attn_generator *g, const unsigned char *in, int64_t len);
+
+/* One MKL-style dropout call (torch.nn.Dropout in training, 0 < p < 1): ONE
+ * draw from g, then out[i] = x[i] * factor_i in float32 (dropped negative x
+ * give -0.0). x and out are n contiguous floats (may be the same buffer). */
+void attn_rng_dropout_f32(attn_generator *g, const float *x, float *out, int64_t n, double p);
 
 #endif
