@@ -239,6 +239,22 @@ describe("attn.randn / Tensor:normal_", function()
   end)
 end)
 
+describe("long streams (catch rare last-bit FMA/rounding slips)", function()
+  local function checksum(t)
+    local acc = 0
+    for i, v in ipairs(flat(t)) do acc = acc + i * f32bits(v) end -- wraps mod 2^64 like the generator
+    return acc
+  end
+  it("randn(200003), uniform_(-0.3, 0.7) x 200000, normal_(-2, 0.5) x 100000 match torch's checksums", function()
+    attn.manual_seed(11)
+    assert.are.equal(X.stress.randn_200003, checksum(attn.randn(200003)))
+    attn.manual_seed(11)
+    assert.are.equal(X.stress.uniform_200000, checksum(attn.empty(200000):uniform_(-0.3, 0.7)))
+    attn.manual_seed(11)
+    assert.are.equal(X.stress.normal_100000, checksum(attn.empty(100000):normal_(-2.0, 0.5)))
+  end)
+end)
+
 describe("attn.get_rng_state / attn.set_rng_state", function()
   it("restores the stream mid-way", function()
     attn.manual_seed(42)
