@@ -339,6 +339,18 @@ describe("attn.dropout", function()
     end
   end
 
+  it("keeps element i by x_i of the MCG31m1 stream also for long (blocked, parallel) calls", function()
+    local c = X.dropout_mkl_100000
+    attn.manual_seed(c.seed)
+    local y = flat(attn.dropout(attn.ones(100000), c.p))
+    local acc, kept = 0, 0
+    for i, v in ipairs(y) do
+      if v ~= 0 then acc, kept = acc + i, kept + 1 end
+    end
+    assert.are.equal(c.kept, kept)
+    assert.are.equal(c.checksum, acc)
+  end)
+
   it("reproduces notebook 002's Dropout(0.5) on ones(6, 6) after manual_seed(123)", function()
     local ref = V.printed_reference_dropout
     attn.manual_seed(ref.seed)
