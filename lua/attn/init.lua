@@ -56,4 +56,9 @@ function Tensor.view_as(t, other) return t:view(other:size()) end
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return t:expand(other:size()) end
 
+--- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...). The nn files
+-- `require "attn"`: publish the table first so that require finds it.
+package.loaded["attn"] = attn
+attn.nn = require "attn.nn"
+
 return attn

@@ -1,0 +1,29 @@
+--- attn.nn.Dropout(p = 0.5): zeroes each element with probability p and scales
+-- the rest by 1/(1-p), in training mode only (attn.dropout: PyTorch's
+-- MKL-style mask, one random draw per call). In eval mode, or for p = 0,
+-- forward returns its input itself.
+-- @classmod attn.nn.Dropout
+local attn = require "attn"
+local Module = require "attn.nn.Module"
+
+local Dropout = Module:extend("Dropout")
+
+function Dropout:init(p)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error("attn.nn.Dropout: dropout probability has to be between 0 and 1, but got "
+          .. (type(p) == "number" and tostring(p) or type(p)), 3)
+  end
+  self.p = p
+  self.inplace = false
+end
+
+function Dropout:forward(x)
+  return attn.dropout(x, self.p, self.training)
+end
+
+function Dropout:extra_repr()
+  return ("p=%s, inplace=False"):format(Module.pyfloat(self.p))
+end
+
+return Dropout

@@ -1,0 +1,421 @@
+--- attn.nn.Module: the base class of every nn module, with PyTorch's naming.
+--
+-- A new class lives in one file, lua/attn/nn/NAME.lua, and is found as
+-- `attn.nn.NAME` without editing any list (attn.nn loads it on first use):
+--
+--     local attn = require "attn"
+--     local Module = require "attn.nn.Module"
+--     local CausalAttention = Module:extend("CausalAttention")
+--
+--     -- the constructor: self is already a Module in training mode
+--     function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
+--       opts = opts or {}
+--       self.d_out = d_out                                     -- plain fields: not saved
+--       self:add_module("W_query", attn.nn.Linear(d_in, d_out, {bias = opts.qkv_bias or false}))
+--       self:add_module("dropout", attn.nn.Dropout(dropout))
+--       self:add_buffer("mask", attn.triu(attn.ones(context_length, context_length), 1))
+--     end
+--     function CausalAttention:forward(x) ... end            -- m(x) calls this
+--     function CausalAttention:extra_repr() return "d_out=2" end  -- optional, for tostring
+--     return CausalAttention
+--
+-- Registration (each also stores the value as a field, self.NAME, and returns it):
+--   self:add_parameter(name, tensor)           a trainable tensor (nn.Parameter)
+--   self:add_buffer(name, tensor[, persistent]) a saved non-parameter tensor (register_buffer)
+--   self:add_module(name, module)              a child module
+--   self:add_module_list(name, {m1, m2, ...})  an nn.ModuleList child: self.NAME[1] is
+--                                              named "NAME.0", as in PyTorch
+-- Registration order is kept and gives PyTorch's order: named_parameters()
+-- lists a module's own parameters, then each child's, recursively (torch
+-- walks named_modules() and yields each module's _parameters); state_dict()
+-- lists a module's own parameters, its persistent buffers, then each child's.
+-- Replacing a registered field (self.weight = other_tensor) replaces the
+-- parameter, as setattr does in torch; setting it to nil drops it from the
+-- listings.
+--
+-- state_dict() returns a plain table name -> tensor (the module's own tensors,
+-- not copies, like torch's detached views); its key order is given by
+-- m:state_dict_keys().
+-- @classmod attn.nn.Module
+local core = require "attn.core"
+
+local tensor_mt = core.Tensor_mt
+local function is_tensor(x) return getmetatable(x) == tensor_mt end
+
+local function shape_str(t)
+  return "[" .. table.concat(t:size(), ", ") .. "]"
+end
+
+local Module = {}
+Module.__index = Module
+Module.__name = "Module"
+Module.__module_class = true
+
+--- True when x is an instance of some Module class.
+function Module.is_module(x)
+  if type(x) ~= "table" then return false end
+  local mt = getmetatable(x)
+  return type(mt) == "table" and rawget(mt, "__index") == mt and mt.__module_class == true
+end
+local is_module = Module.is_module
+
+local function class_name(m)
+  local mt = getmetatable(m)
+  return mt and mt.__name or "Module"
+end
+
+local function fail(m, method, fmt, ...)
+  error(("%s:%s: " .. fmt):format(class_name(m), method, ...), 3)
+end
+
+-- metamethods are looked up raw in the metatable: every class carries its own copy
+local METAMETHODS = {"__call", "__tostring"}
+
+local function new_instance(cls, ...)
+  local self = setmetatable({
+    training = true,
+    _param_names = {},  -- own parameters, registration order
+    _buffers = {},      -- {name = ..., persistent = bool}
+    _children = {},     -- {name = "W_query" or "0", key = field key (string, or integer in lists)}
+  }, cls)
+  self:init(...)
+  return self
+end
+
+--- A subclass named `name` (the name shows in tostring and in error messages).
+-- Calling the class, `C(...)`, makes an instance and runs `C.init(self, ...)`.
+function Module.extend(parent, name)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+    error("Module:extend: bad argument #1 'name' (expected a class name such as \"CausalAttention\", got "
+          .. (type(name) == "string" and ("%q"):format(name) or type(name)) .. ")", 2)
+  end
+  local cls = {}
+  for _, k in ipairs(METAMETHODS) do cls[k] = parent[k] end
+  cls.__index = cls
+  cls.__name = name
+  cls.super = parent
+  return setmetatable(cls, {
+    __index = parent,
+    __call = new_instance,
+    __tostring = function() return "class attn.nn." .. name end,
+  })
+end
+
+-- Module() itself makes a bare module (a container to add_* into)
+setmetatable(Module, {__call = new_instance, __tostring = function() return "class attn.nn.Module" end})
+
+--- The constructor body; subclasses override it. Module itself takes no arguments.
+function Module:init() end
+
+--- The computation; every subclass defines it. `m(...)` is `m:forward(...)`.
+function Module:forward()
+  fail(self, "forward", "not implemented (the class defines no forward method)")
+end
+
+function Module.__call(self, ...)
+  return self:forward(...)
+end
+
+local function check_name(self, method, name)
+  if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
+    fail(self, method, "bad argument #1 'name' (expected a non-empty string without '.', got %s)",
+         type(name) == "string" and ("%q"):format(name) or type(name))
+  end
+  for _, n in ipairs(self._param_names) do
+    if n == name then fail(self, method, "%q is already registered as a parameter", name) end
+  end
+  for _, b in ipairs(self._buffers) do
+    if b.name == name then fail(self, method, "%q is already registered as a buffer", name) end
+  end
+  for _, c in ipairs(self._children) do
+    if c.name == name then fail(self, method, "%q is already registered as a child module", name) end
+  end
+end
+
+--- Register a parameter (a tensor) under `name`; stored as self[name]. Returns it.
+function Module:add_parameter(name, t)
+  check_name(self, "add_parameter", name)
+  if not is_tensor(t) then
+    fail(self, "add_parameter", "bad argument #2 'tensor' (expected attn.Tensor, got %s)", type(t))
+  end
+  self._param_names[#self._param_names + 1] = name
+  self[name] = t
+  return t
+end
+
+--- Register a buffer (saved in state_dict unless persistent == false, never a parameter).
+function Module:add_buffer(name, t, persistent)
+  check_name(self, "add_buffer", name)
+  if not is_tensor(t) then
+    fail(self, "add_buffer", "bad argument #2 'tensor' (expected attn.Tensor, got %s)", type(t))
+  end
+  if persistent ~= nil and type(persistent) ~= "boolean" then
+    fail(self, "add_buffer", "bad argument #3 'persistent' (expected boolean, got %s)", type(persistent))
+  end
+  self._buffers[#self._buffers + 1] = {name = name, persistent = persistent ~= false}
+  self[name] = t
+  return t
+end
+
+--- Register a child module under `name`; stored as self[name]. Returns it.
+function Module:add_module(name, m)
+  check_name(self, "add_module", name)
+  if not is_module(m) then
+    fail(self, "add_module", "bad argument #2 'module' (expected an attn.nn module, got %s)", type(m))
+  end
+  self._children[#self._children + 1] = {name = name, key = name}
+  self[name] = m
+  return m
+end
+
+--- Register a list of child modules as an nn.ModuleList child named `name`.
+-- `self[name][i]` is the i-th module (1-based), named "name.(i-1)". Returns the list.
+function Module:add_module_list(name, list)
+  check_name(self, "add_module_list", name)
+  if type(list) ~= "table" or is_module(list) then
+    fail(self, "add_module_list", "bad argument #2 'modules' (expected a list of attn.nn modules, got %s)",
+         is_module(list) and class_name(list) or type(list))
+  end
+  return self:add_module(name, Module.ModuleList(list))
+end
+
+--- Training mode on (default) or off, for this module and every descendant. Returns self.
+function Module:train(on)
+  if on == nil then on = true end
+  if type(on) ~= "boolean" then
+    fail(self, "train", "bad argument #1 'mode' (expected boolean, got %s)", type(on))
+  end
+  self.training = on
+  for _, c in ipairs(self._children) do
+    local child = self[c.key]
+    if child ~= nil then child:train(on) end
+  end
+  return self
+end
+
+--- Evaluation mode: train(false). Returns self.
+function Module:eval()
+  return self:train(false)
+end
+
+--- Child modules in registration order, as a list of {name, module}.
+function Module:named_children()
+  local out = {}
+  for _, c in ipairs(self._children) do
+    local child = self[c.key]
+    if child ~= nil then out[#out + 1] = {c.name, child} end
+  end
+  return out
+end
+
+--- This module and every descendant, pre-order, as {dotted name, module} ("" for self).
+function Module:named_modules()
+  local out = {}
+  local function walk(m, prefix)
+    out[#out + 1] = {prefix, m}
+    for _, nc in ipairs(m:named_children()) do
+      walk(nc[2], prefix == "" and nc[1] or (prefix .. "." .. nc[1]))
+    end
+  end
+  walk(self, "")
+  return out
+end
+
+--- Parameters as a list of {dotted name, tensor}, in PyTorch's order (a
+-- tensor registered twice is listed once, as torch does).
+function Module:named_parameters()
+  local out, seen = {}, {}
+  for _, nm in ipairs(self:named_modules()) do
+    local prefix, m = nm[1], nm[2]
+    for _, n in ipairs(m._param_names) do
+      local t = m[n]
+      if t ~= nil and not seen[t] then
+        seen[t] = true
+        out[#out + 1] = {prefix == "" and n or (prefix .. "." .. n), t}
+      end
+    end
+  end
+  return out
+end
+
+--- Parameters as a list of tensors, in named_parameters order.
+function Module:parameters()
+  local out = {}
+  for i, np in ipairs(self:named_parameters()) do out[i] = np[2] end
+  return out
+end
+
+--- Total element count of the parameters.
+function Module:num_parameters()
+  local n = 0
+  for _, t in ipairs(self:parameters()) do n = n + t:numel() end
+  return n
+end
+
+-- state dict entries in torch's order: own params, own persistent buffers, then children
+local function state_entries(m, prefix, out)
+  for _, n in ipairs(m._param_names) do
+    if m[n] ~= nil then out[#out + 1] = {prefix .. n, m[n]} end
+  end
+  for _, b in ipairs(m._buffers) do
+    if b.persistent and m[b.name] ~= nil then out[#out + 1] = {prefix .. b.name, m[b.name]} end
+  end
+  for _, c in ipairs(m._children) do
+    local child = m[c.key]
+    if child ~= nil then state_entries(child, prefix .. c.name .. ".", out) end
+  end
+  return out
+end
+
+--- The keys of state_dict(), in PyTorch's order.
+function Module:state_dict_keys()
+  local keys = {}
+  for i, e in ipairs(state_entries(self, "", {})) do keys[i] = e[1] end
+  return keys
+end
+
+--- Table dotted name -> tensor of every parameter and persistent buffer (the
+-- module's own tensors, not copies). Order: state_dict_keys().
+function Module:state_dict()
+  local d = {}
+  for _, e in ipairs(state_entries(self, "", {})) do d[e[1]] = e[2] end
+  return d
+end
+
+local function quoted_list(keys)
+  local q = {}
+  for i, k in ipairs(keys) do q[i] = ("%q"):format(k) end
+  return table.concat(q, ", ")
+end
+
+--- Copy the tensors of `d` (name -> tensor, as from state_dict) into this
+-- module's parameters and buffers, in place. With strict (default true) a
+-- missing or unexpected key is an error; a shape mismatch always is. Nothing
+-- is copied when there is an error. Returns {missing_keys = {...},
+-- unexpected_keys = {...}} (both empty when strict).
+function Module:load_state_dict(d, strict)
+  if type(d) ~= "table" or is_module(d) then
+    fail(self, "load_state_dict", "bad argument #1 'state_dict' (expected a table name -> attn.Tensor, got %s)",
+         is_module(d) and class_name(d) or type(d))
+  end
+  if strict == nil then strict = true end
+  if type(strict) ~= "boolean" then
+    fail(self, "load_state_dict", "bad argument #2 'strict' (expected boolean, got %s)", type(strict))
+  end
+  local entries = state_entries(self, "", {})
+  local expected, missing, unexpected, problems = {}, {}, {}, {}
+  for _, e in ipairs(entries) do
+    expected[e[1]] = true
+    local src = d[e[1]]
+    if src == nil then
+      missing[#missing + 1] = e[1]
+    elseif not is_tensor(src) then
+      problems[#problems + 1] = ("value for %q is not an attn.Tensor (got %s)"):format(e[1], type(src))
+    else
+      local a, b = src:size(), e[2]:size()
+      local same = #a == #b
+      for i = 1, #a do same = same and a[i] == b[i] end
+      if not same then
+        problems[#problems + 1] = ("size mismatch for %q: copying a tensor of shape %s from the state dict, "
+          .. "the shape in the module is %s"):format(e[1], shape_str(src), shape_str(e[2]))
+      end
+    end
+  end
+  for k in pairs(d) do
+    if not expected[k] then unexpected[#unexpected + 1] = tostring(k) end
+  end
+  table.sort(unexpected)
+  if strict then
+    if #missing > 0 then table.insert(problems, 1, "missing key(s): " .. quoted_list(missing)) end
+    if #unexpected > 0 then
+      table.insert(problems, #missing > 0 and 2 or 1, "unexpected key(s): " .. quoted_list(unexpected))
+    end
+  end
+  if #problems > 0 then
+    fail(self, "load_state_dict", "error(s) in loading the state dict for %s: %s", class_name(self),
+         table.concat(problems, "; "))
+  end
+  for _, e in ipairs(entries) do
+    local src = d[e[1]]
+    if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
+  end
+  return {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}
+end
+
+--- Extra text inside the parentheses of tostring (like torch's extra_repr); "" by default.
+function Module:extra_repr() return "" end
+
+-- torch's _addindent: indent every line but the first
+local function add_indent(s, n)
+  local pad = string.rep(" ", n)
+  return (s:gsub("\n", "\n" .. pad))
+end
+
+--- PyTorch's repr: "Name(extra)" or, with children, one "(name): child" line each.
+function Module.__tostring(self)
+  local extra = self:extra_repr()
+  local extra_lines = {}
+  if extra ~= nil and extra ~= "" then
+    for line in (extra .. "\n"):gmatch("(.-)\n") do extra_lines[#extra_lines + 1] = line end
+  end
+  local lines = {}
+  for _, l in ipairs(extra_lines) do lines[#lines + 1] = l end
+  local nchild = 0
+  for _, nc in ipairs(self:named_children()) do
+    nchild = nchild + 1
+    lines[#lines + 1] = "(" .. nc[1] .. "): " .. add_indent(tostring(nc[2]), 2)
+  end
+  local s = class_name(self) .. "("
+  if #lines > 0 then
+    if #extra_lines == 1 and nchild == 0 then
+      s = s .. extra_lines[1]
+    else
+      s = s .. "\n  " .. table.concat(lines, "\n  ") .. "\n"
+    end
+  end
+  return s .. ")"
+end
+
+--- Python's repr of a float (shortest round-trip text, "0.5", "1.0"), for extra_repr.
+function Module.pyfloat(x)
+  if x ~= x then return "nan" end
+  if x == math.huge then return "inf" end
+  if x == -math.huge then return "-inf" end
+  local s
+  for prec = 1, 17 do
+    s = ("%." .. prec .. "g"):format(x)
+    if tonumber(s) == x then break end
+  end
+  if not s:find("[%.eEn]") then s = s .. ".0" end
+  return s
+end
+
+--- nn.ModuleList: a list of modules; m[i] is the i-th (1-based), named "i-1".
+local ModuleList = Module:extend("ModuleList")
+Module.ModuleList = ModuleList
+
+function ModuleList:init(list)
+  list = list or {}
+  if type(list) ~= "table" or is_module(list) then
+    error("attn.nn.ModuleList: bad argument #1 'modules' (expected a list of attn.nn modules, got "
+          .. (is_module(list) and class_name(list) or type(list)) .. ")", 3)
+  end
+  for i = 1, #list do self:append(list[i]) end
+end
+
+--- Add a module at the end. Returns self.
+function ModuleList:append(m)
+  if not is_module(m) then
+    error(("attn.nn.ModuleList: element %d is not an attn.nn module (got %s)"):format(#self + 1, type(m)), 3)
+  end
+  local i = #self + 1
+  self._children[#self._children + 1] = {name = tostring(i - 1), key = i}
+  self[i] = m
+  return self
+end
+
+function ModuleList:forward()
+  error("ModuleList:forward: a ModuleList has no forward; call its modules", 2)
+end
+
+return Module

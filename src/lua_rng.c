@@ -1,0 +1,202 @@
+/* Random numbers from Lua, on the process-wide default generator (rng.h):
+ * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, rand, randn,
+ * rng_raw_u32, dropout; methods t:uniform_ and t:normal_. */
+#include <math.h>
+#include <string.h>
+
+#include "attn_lua.h"
+#include "ops.h"
+#include "rng.h"
+
+typedef void (*fill_fn)(attn_generator *g, float *out, int64_t n, double a, double b);
+
+/* Fill t with fn's numbers in torch's order for an in-place nullary op: the
+ * tensor's memory order (TensorIterator sorts dims by stride), which is
+ * row-major for contiguous tensors. Non-contiguous targets are filled through
+ * a contiguous temporary in that order, then copied. */
+static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a, double b, const char *fname) {
+  attn_generator *g = attn_default_generator();
+  int64_t n = attn_numel(t);
+  if (n == 0) return;
+  if (attn_is_contiguous(t)) {
+    fn(g, t->data, n, a, b);
+    return;
+  }
+  attn_tensor v;
+  memset(&v, 0, sizeof v);
+  v.data = t->data;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->size[d] == 1) continue;
+    if (t->stride[d] == 0)
+      attnL_error(L, fname,
+                  "unsupported operation: more than one element of the written-to tensor refers to a single "
+                  "memory location (an expanded tensor); clone() it first");
+    /* insertion by decreasing stride, stable */
+    int k = v.ndim++;
+    while (k > 0 && v.stride[k - 1] < t->stride[d]) {
+      v.size[k] = v.size[k - 1];
+      v.stride[k] = v.stride[k - 1];
+      k--;
+    }
+    v.size[k] = t->size[d];
+    v.stride[k] = t->stride[d];
+  }
+  if (attn_is_contiguous(&v)) {
+    fn(g, v.data, n, a, b);
+    return;
+  }
+  attn_tensor *tmp = attnL_push_uninit(L, v.ndim, v.size, fname);
+  fn(g, tmp->data, n, a, b);
+  if (attn_unary(ATTN_COPY, tmp, &v) != ATTN_OK) attnL_core_error(L, fname);
+  lua_pop(L, 1);
+}
+
+static double optnumber(lua_State *L, int arg, double def, const char *fname, const char *what) {
+  return lua_isnoneornil(L, arg) ? def : attnL_checknumber(L, arg, fname, what);
+}
+
+/* ---- seeding and state ----------------------------------------------------- */
+
+static int r_manual_seed(lua_State *L) {
+  const char *fn = "attn.manual_seed";
+  if (lua_type(L, 1) != LUA_TNUMBER)
+    attnL_error(L, fn, "bad argument #1 'seed' (expected integer, got %s)", luaL_typename(L, 1));
+  int64_t s = attnL_checkinteger(L, 1, fn, "seed");
+  attn_rng_seed(attn_default_generator(), (uint64_t)s); /* two's complement, as torch */
+  return 0;
+}
+
+static int r_initial_seed(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)attn_default_generator()->seed);
+  return 1;
+}
+
+static int r_get_rng_state(lua_State *L) {
+  unsigned char buf[ATTN_RNG_STATE_BYTES];
+  attn_rng_get_state(attn_default_generator(), buf);
+  lua_pushlstring(L, (const char *)buf, sizeof buf);
+  return 1;
+}
+
+static int r_set_rng_state(lua_State *L) {
+  const char *fn = "attn.set_rng_state";
+  if (lua_type(L, 1) != LUA_TSTRING)
+    attnL_error(L, fn, "bad argument #1 'state' (expected a string from attn.get_rng_state, got %s)",
+                luaL_typename(L, 1));
+  size_t len;
+  const char *s = lua_tolstring(L, 1, &len);
+  if (attn_rng_set_state(attn_default_generator(), (const unsigned char *)s, (int64_t)len) != ATTN_OK)
+    attnL_core_error(L, fn);
+  return 0;
+}
+
+/* n raw 32-bit draws as a table of integers: for tests and for checking a
+ * port against torch.randint streams. */
+static int r_raw_u32(lua_State *L) {
+  const char *fn = "attn.rng_raw_u32";
+  int64_t n = attnL_checkinteger(L, 1, fn, "n");
+  if (n < 0 || n > (int64_t)1 << 24)
+    attnL_error(L, fn, "bad argument #1 'n' (expected 0 <= n <= 16777216, got %I)", (lua_Integer)n);
+  attn_generator *g = attn_default_generator();
+  lua_createtable(L, (int)n, 0);
+  for (int64_t i = 1; i <= n; i++) {
+    lua_pushinteger(L, (lua_Integer)attn_rng_u32(g));
+    lua_rawseti(L, -2, (lua_Integer)i);
+  }
+  return 1;
+}
+
+/* ---- creation ---------------------------------------------------------------- */
+
+static int r_rand(lua_State *L) {
+  int64_t size[ATTN_MAX_DIMS];
+  int n = attnL_checksizes(L, 1, size, 0, "attn.rand");
+  attn_tensor *t = attnL_push_uninit(L, n, size, "attn.rand");
+  attn_rng_uniform_f32(attn_default_generator(), t->data, attn_numel(t), 0.0, 1.0);
+  return 1;
+}
+
+static int r_randn(lua_State *L) {
+  int64_t size[ATTN_MAX_DIMS];
+  int n = attnL_checksizes(L, 1, size, 0, "attn.randn");
+  attn_tensor *t = attnL_push_uninit(L, n, size, "attn.randn");
+  attn_rng_normal_f32(attn_default_generator(), t->data, attn_numel(t), 0.0, 1.0);
+  return 1;
+}
+
+/* ---- in place ------------------------------------------------------------------ */
+
+static int m_uniform_(lua_State *L) {
+  const char *fn = "Tensor:uniform_";
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
+  double a = optnumber(L, 2, 0.0, fn, "from");
+  double b = optnumber(L, 3, 1.0, fn, "to");
+  if (!(a <= b)) attnL_error(L, fn, "expects to return a [from, to) range, but found from=%f > to=%f", a, b);
+  float range = (float)b - (float)a;
+  if (!isfinite(range))
+    attnL_error(L, fn, "expects to - from to be a finite float32, but found from=%f and to=%f", a, b);
+  lua_settop(L, 1);
+  fill_memory_order(L, t, attn_rng_uniform_f32, a, b, fn);
+  return 1;
+}
+
+static int m_normal_(lua_State *L) {
+  const char *fn = "Tensor:normal_";
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
+  double mean = optnumber(L, 2, 0.0, fn, "mean");
+  double std = optnumber(L, 3, 1.0, fn, "std");
+  if (!(std >= 0.0)) attnL_error(L, fn, "bad argument #3 'std' (expected std >= 0, got %f)", std);
+  lua_settop(L, 1);
+  /* torch: the 16-lane path only for contiguous float tensors of >= 16
+   * elements; anything non-contiguous takes the scalar path */
+  fill_memory_order(L, t, attn_is_contiguous(t) ? attn_rng_normal_f32 : attn_rng_normal_scalar_f32, mean, std,
+                    fn);
+  return 1;
+}
+
+/* ---- dropout ------------------------------------------------------------------- */
+
+/* attn.dropout(t, p[, training = true]): torch.nn.functional.dropout with the
+ * MKL-style mask (one draw per call). Eval mode, p == 0 and empty tensors give
+ * t itself; p == 1 gives t * 0; neither draws. */
+static int r_dropout(lua_State *L) {
+  const char *fn = "attn.dropout";
+  attn_tensor *t = attnL_check(L, 1, fn, "input");
+  double p = attnL_checknumber(L, 2, fn, "p");
+  if (!(p >= 0.0 && p <= 1.0)) attnL_error(L, fn, "dropout probability has to be between 0 and 1, but got %f", p);
+  int training = 1;
+  if (!lua_isnoneornil(L, 3)) {
+    if (lua_type(L, 3) != LUA_TBOOLEAN)
+      attnL_error(L, fn, "bad argument #3 'training' (expected boolean, got %s)", luaL_typename(L, 3));
+    training = lua_toboolean(L, 3);
+  }
+  lua_settop(L, 1);
+  int64_t n = attn_numel(t);
+  if (!training || p == 0.0 || n == 0) return 1;
+  attn_tensor *x = attnL_push_contiguous(L, 1, fn);
+  attn_tensor *out = attnL_push_uninit(L, t->ndim, t->size, fn);
+  if (p == 1.0) {
+    for (int64_t i = 0; i < n; i++) out->data[i] = x->data[i] * 0.0f;
+  } else {
+    attn_rng_dropout_f32(attn_default_generator(), x->data, out->data, n, p);
+  }
+  return 1;
+}
+
+static const luaL_Reg module_funcs[] = {
+  {"manual_seed", r_manual_seed}, {"initial_seed", r_initial_seed}, {"get_rng_state", r_get_rng_state},
+  {"set_rng_state", r_set_rng_state}, {"rng_raw_u32", r_raw_u32}, {"rand", r_rand}, {"randn", r_randn},
+  {"dropout", r_dropout}, {NULL, NULL}};
+
+static const luaL_Reg methods[] = {{"uniform_", m_uniform_}, {"normal_", m_normal_}, {NULL, NULL}};
+
+/* Expects [module, methods, metatable] on top; registers into them. */
+void attnL_open_rng(lua_State *L) {
+  (void)attn_default_generator(); /* seed it now, not lazily inside some later call */
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, methods, 0);
+  lua_pop(L, 1);
+  lua_pushvalue(L, -3);
+  luaL_setfuncs(L, module_funcs, 0);
+  lua_pop(L, 1);
+}
