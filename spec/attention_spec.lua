@@ -276,9 +276,28 @@ describe("attention errors", function()
     C.fails(function() sdpa(q, k, v, {dropout_p = "0.1"}) end, NAME, "bad option 'dropout_p'", "expected a number")
   end)
 
-  it("dropout_p > 0 is refused until the RNG module is built in", function()
-    C.fails(function() sdpa(q, k, v, {dropout_p = 0.1}) end, NAME, "dropout_p > 0 is not available yet")
-    -- dropout_p = 0 is plain attention
+  it("dropout_p draws one MKL-style mask from the generator, as torch's dropout of the weights", function()
+    -- reference mask: shared/reference torch-rng vectors (seed 123, p = 0.5, 36 elements)
+    local vectors = dofile("spec/fixtures/torch_rng_vectors.lua")
+    local keep = vectors.seeds[123].dropout_mkl["p0.5_n36"]
+    local q6, k6, v6 = attn.rand(6, 4), attn.rand(6, 4), attn.rand(6, 3)
+    local _, plain = sdpa(q6, k6, v6, {need_weights = true})
+    attn.manual_seed(123)
+    local out, dropped = sdpa(q6, k6, v6, {dropout_p = 0.5, need_weights = true})
+    local after = attn.rand(1):item()
+    for i = 1, 6 do
+      for j = 1, 6 do
+        local want = keep[(i - 1) * 6 + j] == 1 and plain[i][j] * 2 or 0
+        assert.equal(want, dropped[i][j])
+      end
+    end
+    -- out is the dropped weights times v
+    assert.is_true(out:allclose(dropped:matmul(v6), 1e-6, 1e-7))
+    -- exactly one 32-bit draw was consumed
+    attn.manual_seed(123)
+    attn.rng_raw_u32(1)
+    assert.equal(attn.rand(1):item(), after)
+    -- dropout_p = 0 is plain attention and draws nothing
     assert.equal(bits(sdpa(q, k, v)), bits(sdpa(q, k, v, {dropout_p = 0})))
   end)
 

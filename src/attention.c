@@ -20,10 +20,7 @@
 #include <string.h>
 
 #include "attention.h"
-
-/* Dropout inside attention needs the RNG module (src/rng.h, branch rng):
- * switched on once that header is merged and checked. */
-#define ATTN_HAVE_DROPOUT 0
+#include "rng.h"
 
 /* Query rows per work item; a constant, so the split (and the bits) never
  * depend on the thread count. */
@@ -176,14 +173,10 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
   }
   float inv = (float)(1.0 / sum);
   for (int64_t j = 0; j < lk; j++) s[j] *= inv;
-#if ATTN_HAVE_DROPOUT
   if (c->o->dropout_p > 0.0) {
     attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * c->lq + i) * lk, lk, f);
     for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
   }
-#else
-  (void)f;
-#endif
 }
 
 /* Work item `item` (slice bi = item / nblk, rows r0 .. r0 + R - 1) with the
@@ -262,8 +255,6 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
-  if (opts->dropout_p > 0.0 && !ATTN_HAVE_DROPOUT)
-    return attn_fail(ATTN_EARG, "dropout_p > 0 is not available yet (the RNG module is not built in)");
 
   sdpa_ctx c;
   memset(&c, 0, sizeof c);

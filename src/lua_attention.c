@@ -4,11 +4,8 @@
 #include <string.h>
 
 #include "attention.h"
+#include "rng.h"
 #include "attn_lua.h"
-
-/* Dropout inside attention needs the RNG module (src/rng.h, branch rng):
- * switched on once that header is merged and checked. */
-#define ATTNL_HAVE_DROPOUT 0
 
 static const char *const SDPA = "attn.scaled_dot_product_attention";
 static const char *const SIMPLE = "attn.simple_attention";
@@ -86,11 +83,8 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     w = attnL_push_uninit(L, ndim, size, fname);
   }
   if (o->dropout_p > 0.0) {
-#if ATTNL_HAVE_DROPOUT
-    o->dropout_draw = attn_rng_draw_u32(attn_rng_default());
-#else
-    attnL_error(L, fname, "dropout_p > 0 is not available yet (the RNG module is not built in); use dropout_p = 0");
-#endif
+    /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
+    o->dropout_draw = attn_rng_u32(attn_default_generator());
   }
   if (attn_sdpa_math(q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
   return need_weights ? 2 : 1;
