@@ -1,0 +1,64 @@
+--- attn.nn.Attention(d_model[, {row_dim = 1, col_dim = 2}]): attention with
+-- separate inputs for queries, keys and values (encoder-decoder / cross
+-- attention, notebook 000).
+-- Parameters: `W_q`, `W_k`, `W_v`, each nn.Linear(d_model, d_model, {bias = false}).
+-- forward(q_in, k_in, v_in[, mask]): sims = q k^T over (row_dim, col_dim),
+-- scaled by 1/sqrt(k:size(col_dim)); where mask is nonzero the scaled scores
+-- are replaced by -1e9 (so a fully masked row averages v uniformly, as in the
+-- notebook); softmax over col_dim; times v.
+-- @classmod attn.nn.Attention
+local attn = require "attn"
+local Module = require "attn.nn.Module"
+local Linear = require "attn.nn.Linear"
+local checks = require "attn.nn.checks"
+
+local Attention = Module:extend("Attention")
+
+function Attention:init(d_model, opts)
+  local C = "Attention"
+  self.d_model = checks.positive_integer(C, d_model or 2, 1, "d_model")
+  opts = checks.options(C, opts, 2, { row_dim = "number", col_dim = "number" })
+  self.row_dim = opts.row_dim or 1
+  self.col_dim = opts.col_dim or 2
+  for _, key in ipairs { "row_dim", "col_dim" } do
+    local d = self[key]
+    if math.tointeger(d) == nil or d == 0 then
+      error(("attn.nn.Attention: bad option '%s' (expected a nonzero integer dim, got %s)"):format(key, tostring(d)), 2)
+    end
+  end
+  self:add_module("W_q", Linear(self.d_model, self.d_model, { bias = false }))
+  self:add_module("W_k", Linear(self.d_model, self.d_model, { bias = false }))
+  self:add_module("W_v", Linear(self.d_model, self.d_model, { bias = false }))
+end
+
+function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, mask)
+  checks.input("Attention", encodings_for_q, "encodings_for_q", self.d_model, 1, 8)
+  checks.input("Attention", encodings_for_k, "encodings_for_k", self.d_model, 1, 8)
+  checks.input("Attention", encodings_for_v, "encodings_for_v", self.d_model, 1, 8)
+  local q = self.W_q(encodings_for_q)
+  local k = self.W_k(encodings_for_k)
+  local v = self.W_v(encodings_for_v)
+  local nd = k:dim()
+  for _, key in ipairs { "row_dim", "col_dim" } do
+    local d = self[key]
+    if d > nd or d < -nd then
+      error(("Attention:forward: %s = %d is out of range for keys of shape %s"):format(key, d, checks.shape(k)), 2)
+    end
+  end
+  local sims = attn.matmul(q, k:transpose(self.row_dim, self.col_dim))
+  local scaled_sims = sims / math.sqrt(k:size(self.col_dim))
+  if mask ~= nil then
+    if not attn.is_tensor(mask) then
+      error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")", 2)
+    end
+    scaled_sims = scaled_sims:masked_fill(mask, -1e9)
+  end
+  local attention_percents = scaled_sims:softmax(self.col_dim)
+  return attn.matmul(attention_percents, v)
+end
+
+function Attention:extra_repr()
+  return ("d_model=%d, row_dim=%d, col_dim=%d"):format(self.d_model, self.row_dim, self.col_dim)
+end
+
+return Attention

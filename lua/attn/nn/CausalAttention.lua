@@ -1,0 +1,46 @@
+--- attn.nn.CausalAttention(d_in, d_out, context_length, dropout[, {qkv_bias = false}]):
+-- single-head causal self-attention with dropout on the attention weights.
+-- Parameters: `W_query`, `W_key`, `W_value` (nn.Linear(d_in, d_out), in that
+-- order); a `dropout` child; the buffer `mask` = triu(ones(context_length,
+-- context_length), 1), saved in the state dict as PyTorch's register_buffer.
+-- forward(x): x [b, n, d_in] (or [n, d_in]) with n <= context_length ->
+-- [b, n, d_out]. The kernel masks causally itself (is_causal) instead of
+-- reading the mask buffer; dropout (training mode only) draws one number per
+-- call from the generator, as torch's nn.Dropout on the weights does.
+-- @classmod attn.nn.CausalAttention
+local attn = require "attn"
+local Module = require "attn.nn.Module"
+local Linear = require "attn.nn.Linear"
+local Dropout = require "attn.nn.Dropout"
+local checks = require "attn.nn.checks"
+
+local CausalAttention = Module:extend("CausalAttention")
+
+function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
+  local C = "CausalAttention"
+  self.d_in = checks.positive_integer(C, d_in, 1, "d_in")
+  self.d_out = checks.positive_integer(C, d_out, 2, "d_out")
+  self.context_length = checks.positive_integer(C, context_length, 3, "context_length")
+  checks.probability(C, dropout, 4, "dropout")
+  opts = checks.options(C, opts, 5, { qkv_bias = "boolean" })
+  local bias = opts.qkv_bias or false
+  self:add_module("W_query", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("W_key", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("W_value", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("dropout", Dropout(dropout))
+  local n = self.context_length
+  self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
+end
+
+function CausalAttention:forward(x)
+  checks.input("CausalAttention", x, "x", self.d_in, 2, 8)
+  checks.context("CausalAttention", x, self.context_length)
+  local keys = self.W_key(x)
+  local queries = self.W_query(x)
+  local values = self.W_value(x)
+  local p = self.dropout.training and self.dropout.p or 0
+  return attn.scaled_dot_product_attention(queries, keys, values,
+    { is_causal = true, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)) })
+end
+
+return CausalAttention

@@ -1,0 +1,61 @@
+--- attn.nn.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads[, {qkv_bias = false, scale = nil}]):
+-- fused multi-head causal self-attention.
+-- Parameters, in creation order: `W_query`, `W_key`, `W_value`
+-- (nn.Linear(d_in, d_out)), `out_proj` (nn.Linear(d_out, d_out), with bias);
+-- a `dropout` child and the `mask` buffer (as PyTorch's register_buffer).
+-- d_out must be divisible by num_heads; head_dim = d_out / num_heads.
+-- forward(x): x [b, n, d_in] -> [b, n, d_out]. Q, K and V are one GEMM each
+-- over all tokens, seen as [b, heads, n, head_dim] through strided views (no
+-- copies); the C kernel runs across batch and heads; then out_proj.
+-- opts.scale overrides the default 1/sqrt(head_dim) of the scores.
+-- @classmod attn.nn.MultiHeadAttention
+local attn = require "attn"
+local Module = require "attn.nn.Module"
+local Linear = require "attn.nn.Linear"
+local Dropout = require "attn.nn.Dropout"
+local checks = require "attn.nn.checks"
+
+local MHA = Module:extend("MultiHeadAttention")
+
+function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
+  local C = "MultiHeadAttention"
+  self.d_in = checks.positive_integer(C, d_in, 1, "d_in")
+  self.d_out = checks.positive_integer(C, d_out, 2, "d_out")
+  self.context_length = checks.positive_integer(C, context_length, 3, "context_length")
+  checks.probability(C, dropout, 4, "dropout")
+  self.num_heads = checks.positive_integer(C, num_heads, 5, "num_heads")
+  opts = checks.options(C, opts, 6, { qkv_bias = "boolean", scale = "number" })
+  if self.d_out % self.num_heads ~= 0 then
+    error(("attn.nn.MultiHeadAttention: d_out (%d) must be divisible by num_heads (%d)"):format(
+      self.d_out, self.num_heads), 2)
+  end
+  self.head_dim = self.d_out // self.num_heads
+  self.scale = opts.scale or 1 / math.sqrt(self.head_dim)
+  local bias = opts.qkv_bias or false
+  self:add_module("W_query", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("W_key", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("W_value", Linear(self.d_in, self.d_out, { bias = bias }))
+  self:add_module("out_proj", Linear(self.d_out, self.d_out))
+  self:add_module("dropout", Dropout(dropout))
+  local n = self.context_length
+  self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
+end
+
+function MHA:forward(x)
+  checks.input("MultiHeadAttention", x, "x", self.d_in, 3, 3)
+  local b, n = x:size(1), x:size(2)
+  checks.context("MultiHeadAttention", x, self.context_length)
+  local h, hd = self.num_heads, self.head_dim
+  -- [b, n, d_out] -> [b, n, h, hd] -> [b, h, n, hd]: views, no copies
+  local queries = self.W_query(x):view(b, n, h, hd):transpose(2, 3)
+  local keys = self.W_key(x):view(b, n, h, hd):transpose(2, 3)
+  local values = self.W_value(x):view(b, n, h, hd):transpose(2, 3)
+  local p = self.dropout.training and self.dropout.p or 0
+  local context = attn.scaled_dot_product_attention(queries, keys, values,
+    { is_causal = true, dropout_p = p, scale = self.scale })
+  -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]
+  context = context:transpose(2, 3):reshape(b, n, self.d_out)
+  return self.out_proj(context)
+end
+
+return MHA

@@ -1,0 +1,84 @@
+--- Argument checks shared by the attention classes of attn.nn: every bad
+-- argument gets an error naming the class, the argument, what was expected
+-- and what came. (Not a class: attn.nn.checks is a helper table.)
+-- @module attn.nn.checks
+local attn = require "attn"
+
+local checks = {}
+
+local function describe(v)
+  if type(v) == "number" then return tostring(v) end
+  if attn.is_tensor(v) then return "attn.Tensor" end
+  return type(v)
+end
+
+--- A positive integer argument (floats with an integral value are accepted).
+function checks.positive_integer(cls, v, argn, what)
+  local i = type(v) == "number" and v == v and math.tointeger(v) or nil
+  if not i or i < 1 then
+    error(("attn.nn.%s: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
+      cls, argn, what, describe(v)), 3)
+  end
+  return i
+end
+
+--- A dropout probability in [0, 1].
+function checks.probability(cls, v, argn, what)
+  if type(v) ~= "number" or not (v >= 0 and v <= 1) then
+    error(("attn.nn.%s: bad argument #%d '%s' (expected a probability in [0, 1], got %s)"):format(
+      cls, argn, what, describe(v)), 3)
+  end
+  return v
+end
+
+--- An options table whose keys are all in `allowed` ({name = "type"}); returns it (or {}).
+function checks.options(cls, opts, argn, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
+      cls, argn, describe(opts)), 3)
+  end
+  for k, v in pairs(opts) do
+    local want = allowed[k]
+    if not want then
+      local names = {}
+      for name in pairs(allowed) do names[#names + 1] = name end
+      table.sort(names)
+      error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")), 3)
+    end
+    if type(v) ~= want then
+      error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)), 3)
+    end
+  end
+  return opts
+end
+
+local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+checks.shape = shape
+
+--- x must be a tensor of rank in [min_rank, max_rank] whose last dim is width.
+function checks.input(cls, x, what, width, min_rank, max_rank)
+  if not attn.is_tensor(x) then
+    error(("%s:forward: bad argument '%s' (expected attn.Tensor, got %s)"):format(cls, what, describe(x)), 3)
+  end
+  local n = x:dim()
+  if n < min_rank or n > max_rank then
+    local ranks = min_rank == max_rank and tostring(min_rank) or (min_rank .. " to " .. max_rank)
+    error(("%s:forward: '%s' must have %s dims, got shape %s"):format(cls, what, ranks, shape(x)), 3)
+  end
+  if x:size(n) ~= width then
+    error(("%s:forward: '%s' of shape %s must end in d_in = %d"):format(cls, what, shape(x), width), 3)
+  end
+end
+
+--- The token count of x [..., n, d] must not exceed context_length.
+function checks.context(cls, x, context_length)
+  local n = x:size(-2)
+  if n > context_length then
+    error(("%s:forward: the input has %d tokens (shape %s), more than context_length = %d"):format(
+      cls, n, shape(x), context_length), 3)
+  end
+  return n
+end
+
+return checks
