@@ -20,7 +20,9 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS = $(CFLAGS) $(ARCH) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
              -I/usr/include/lua5.4 -I$(BLASINC)
 LDFLAGS ?=
-ALL_LDFLAGS = $(LDFLAGS) -shared -fopenmp -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+# -z nodelete: lua_close() dlclose()s the module, which would unload libgomp
+# while its idle worker threads still run its code (a segfault at exit).
+ALL_LDFLAGS = $(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
 
 SRC  := $(wildcard src/*.c)
 OBJ  := $(SRC:src/%.c=$(BUILD)/obj/%.o)

@@ -1,6 +1,4 @@
 /* Tensor creation, inspection, indexing and views. */
-#define _GNU_SOURCE /* dladdr */
-#include <dlfcn.h>
 #include <math.h>
 #include <string.h>
 
@@ -594,19 +592,8 @@ static const luaL_Reg methods[] = {
   {"permute", m_permute}, {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze}, {"expand", m_expand},
   {"contiguous", m_contiguous}, {"clone", m_clone}, {NULL, NULL}};
 
-/* lua_close() dlclose()s this module, which can unload libgomp while its
- * idle worker threads still run its code: a segfault at exit in about 3 of 4
- * runs after any parallel kernel. Keep the module, hence libgomp and
- * OpenBLAS, loaded for the life of the process. */
-static void pin_module(void) {
-  Dl_info info;
-  if (dladdr((void *)pin_module, &info) && info.dli_fname)
-    (void)dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE); /* handle kept on purpose */
-}
-
 /* Expects [module, methods, metatable] on top; registers into them. */
 void attnL_open_tensor(lua_State *L) {
-  pin_module();
   lua_pushvalue(L, -2); /* methods as upvalue of __index */
   lua_pushcclosure(L, mt_index, 1);
   lua_setfield(L, -2, "__index");
