@@ -62,6 +62,9 @@ test: all
 
 demo: all
 	@scripts/attn-lua scripts/demo.lua
+	@echo
+	@echo "Notebook ports (scripts/seeds/) against the tensors the notebooks printed:"
+	@scripts/attn-lua scripts/check_seeds.lua
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/lua/5.4/attn $(DESTDIR)$(PREFIX)/share/lua/5.4
