@@ -56,4 +56,9 @@ function Tensor.view_as(t, other) return t:view(other:size()) end
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return t:expand(other:size()) end
 
+--- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
+local format = require "attn.format"
+attn.format = format.format
+mt.__tostring = function(t) return format.format(t) end
+
 return attn
