@@ -56,6 +56,11 @@ function Tensor.view_as(t, other) return t:view(other:size()) end
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return t:expand(other:size()) end
 
+--- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
+local format = require "attn.format"
+attn.format = format.format
+mt.__tostring = function(t) return format.format(t) end
+
 --- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...). The nn files
 -- `require "attn"`: publish the table first so that require finds it.
 package.loaded["attn"] = attn
