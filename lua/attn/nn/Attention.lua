@@ -23,7 +23,8 @@ function Attention:init(d_model, opts)
   for _, key in ipairs { "row_dim", "col_dim" } do
     local d = self[key]
     if math.tointeger(d) == nil or d == 0 then
-      error(("attn.nn.Attention: bad option '%s' (expected a nonzero integer dim, got %s)"):format(key, tostring(d)), 2)
+      error(("attn.nn.Attention: bad option '%s' (expected a nonzero integer dim, got %s)"):format(key, tostring(d)),
+        checks.CTOR_LEVEL - 1)
     end
   end
   self:add_module("W_q", Linear(self.d_model, self.d_model, { bias = false }))
@@ -31,10 +32,25 @@ function Attention:init(d_model, opts)
   self:add_module("W_v", Linear(self.d_model, self.d_model, { bias = false }))
 end
 
+-- Run a core op; its error (a shape mismatch between the inputs) is re-raised
+-- naming Attention:forward and what was being combined.
+local function guarded(what, fn, ...)
+  local ok, res = pcall(fn, ...)
+  if not ok then
+    local msg = tostring(res):gsub("^[^:\n]*:%d+: ", "")
+    error(("Attention:forward: %s: %s"):format(what, msg), 3)
+  end
+  return res
+end
+
 function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, mask)
-  checks.input("Attention", encodings_for_q, "encodings_for_q", self.d_model, 1, 8)
-  checks.input("Attention", encodings_for_k, "encodings_for_k", self.d_model, 1, 8)
-  checks.input("Attention", encodings_for_v, "encodings_for_v", self.d_model, 1, 8)
+  local C = "Attention"
+  checks.input(C, encodings_for_q, "encodings_for_q", self.d_model, 1, 8, "d_model")
+  checks.input(C, encodings_for_k, "encodings_for_k", self.d_model, 1, 8, "d_model")
+  checks.input(C, encodings_for_v, "encodings_for_v", self.d_model, 1, 8, "d_model")
+  if mask ~= nil and not attn.is_tensor(mask) then
+    error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")", 2)
+  end
   local q = self.W_q(encodings_for_q)
   local k = self.W_k(encodings_for_k)
   local v = self.W_v(encodings_for_v)
@@ -45,16 +61,17 @@ function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, ma
       error(("Attention:forward: %s = %d is out of range for keys of shape %s"):format(key, d, checks.shape(k)), 2)
     end
   end
-  local sims = attn.matmul(q, k:transpose(self.row_dim, self.col_dim))
+  local kt = k:transpose(self.row_dim, self.col_dim)
+  local sims = guarded(("queries of shape %s and keys of shape %s (transposed over row_dim, col_dim) do not match")
+    :format(checks.shape(q), checks.shape(k)), attn.matmul, q, kt)
   local scaled_sims = sims / math.sqrt(k:size(self.col_dim))
   if mask ~= nil then
-    if not attn.is_tensor(mask) then
-      error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")", 2)
-    end
-    scaled_sims = scaled_sims:masked_fill(mask, -1e9)
+    scaled_sims = guarded(("mask of shape %s does not fit the scores of shape %s"):format(
+      checks.shape(mask), checks.shape(scaled_sims)), attn.masked_fill, scaled_sims, mask, -1e9)
   end
   local attention_percents = scaled_sims:softmax(self.col_dim)
-  return attn.matmul(attention_percents, v)
+  return guarded(("the weights of shape %s and values of shape %s do not match"):format(
+    checks.shape(attention_percents), checks.shape(v)), attn.matmul, attention_percents, v)
 end
 
 function Attention:extra_repr()

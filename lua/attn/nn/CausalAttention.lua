@@ -6,7 +6,8 @@
 -- forward(x): x [b, n, d_in] (or [n, d_in]) with n <= context_length ->
 -- [b, n, d_out]. The kernel masks causally itself (is_causal) instead of
 -- reading the mask buffer; dropout (training mode only) draws one number per
--- call from the generator, as torch's nn.Dropout on the weights does.
+-- call from the generator, as torch's nn.Dropout on the weights does; with
+-- dropout = 1 (training) every weight is dropped and the output is zeros.
 -- @classmod attn.nn.CausalAttention
 local attn = require "attn"
 local Module = require "attn.nn.Module"
@@ -39,6 +40,10 @@ function CausalAttention:forward(x)
   local queries = self.W_query(x)
   local values = self.W_value(x)
   local p = self.dropout.training and self.dropout.p or 0
+  if p == 1 then
+    -- torch's dropout with p = 1 zeroes every weight (and draws nothing)
+    return attn.zeros(values:size())
+  end
   return attn.scaled_dot_product_attention(queries, keys, values,
     { is_causal = true, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)) })
 end

@@ -7,7 +7,8 @@
 -- forward(x): x [b, n, d_in] -> [b, n, d_out]. Q, K and V are one GEMM each
 -- over all tokens, seen as [b, heads, n, head_dim] through strided views (no
 -- copies); the C kernel runs across batch and heads; then out_proj.
--- opts.scale overrides the default 1/sqrt(head_dim) of the scores.
+-- opts.scale (a finite number) overrides the default 1/sqrt(head_dim) of the
+-- scores. With dropout = 1 (training) every weight is dropped, as in torch.
 -- @classmod attn.nn.MultiHeadAttention
 local attn = require "attn"
 local Module = require "attn.nn.Module"
@@ -27,8 +28,9 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   opts = checks.options(C, opts, 6, { qkv_bias = "boolean", scale = "number" })
   if self.d_out % self.num_heads ~= 0 then
     error(("attn.nn.MultiHeadAttention: d_out (%d) must be divisible by num_heads (%d)"):format(
-      self.d_out, self.num_heads), 2)
+      self.d_out, self.num_heads), checks.CTOR_LEVEL - 1)
   end
+  if opts.scale ~= nil then checks.finite(C, opts.scale, "scale") end
   self.head_dim = self.d_out // self.num_heads
   self.scale = opts.scale or 1 / math.sqrt(self.head_dim)
   local bias = opts.qkv_bias or false
@@ -51,6 +53,10 @@ function MHA:forward(x)
   local keys = self.W_key(x):view(b, n, h, hd):transpose(2, 3)
   local values = self.W_value(x):view(b, n, h, hd):transpose(2, 3)
   local p = self.dropout.training and self.dropout.p or 0
+  if p == 1 then
+    -- torch's dropout with p = 1 zeroes every weight (and draws nothing): out_proj of zeros
+    return self.out_proj(attn.zeros(b, n, self.d_out))
+  end
   local context = attn.scaled_dot_product_attention(queries, keys, values,
     { is_causal = true, dropout_p = p, scale = self.scale })
   -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]

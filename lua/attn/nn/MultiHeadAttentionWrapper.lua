@@ -13,9 +13,9 @@ local Wrapper = Module:extend("MultiHeadAttentionWrapper")
 
 function Wrapper:init(d_in, d_out, context_length, dropout, num_heads, opts)
   local C = "MultiHeadAttentionWrapper"
-  checks.positive_integer(C, d_in, 1, "d_in")
-  checks.positive_integer(C, d_out, 2, "d_out")
-  checks.positive_integer(C, context_length, 3, "context_length")
+  self.d_in = checks.positive_integer(C, d_in, 1, "d_in")
+  self.d_out = checks.positive_integer(C, d_out, 2, "d_out")
+  self.context_length = checks.positive_integer(C, context_length, 3, "context_length")
   checks.probability(C, dropout, 4, "dropout")
   self.num_heads = checks.positive_integer(C, num_heads, 5, "num_heads")
   opts = checks.options(C, opts, 6, { qkv_bias = "boolean" })
@@ -27,6 +27,9 @@ function Wrapper:init(d_in, d_out, context_length, dropout, num_heads, opts)
 end
 
 function Wrapper:forward(x)
+  -- checked here so that errors name the wrapper, not its first head
+  checks.input("MultiHeadAttentionWrapper", x, "x", self.d_in, 2, 8)
+  checks.context("MultiHeadAttentionWrapper", x, self.context_length)
   local outs = {}
   for i = 1, self.num_heads do outs[i] = self.heads[i](x) end
   return attn.cat(outs, -1)

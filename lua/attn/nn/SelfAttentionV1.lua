@@ -11,7 +11,8 @@ local checks = require "attn.nn.checks"
 
 local SelfAttentionV1 = Module:extend("SelfAttentionV1")
 
-function SelfAttentionV1:init(d_in, d_out)
+function SelfAttentionV1:init(d_in, d_out, extra)
+  checks.none("SelfAttentionV1", extra, 3, "(d_in, d_out) only")
   self.d_in = checks.positive_integer("SelfAttentionV1", d_in, 1, "d_in")
   self.d_out = checks.positive_integer("SelfAttentionV1", d_out, 2, "d_out")
   self:add_parameter("W_query", attn.rand(self.d_in, self.d_out))

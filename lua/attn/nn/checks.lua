@@ -6,6 +6,11 @@ local attn = require "attn"
 
 local checks = {}
 
+-- Constructor checks run inside Class:init, which Module's __call runs: level 4
+-- is the code that called the class (not Module.lua).
+local CTOR_LEVEL = 4
+checks.CTOR_LEVEL = CTOR_LEVEL
+
 local function describe(v)
   if type(v) == "number" then return tostring(v) end
   if attn.is_tensor(v) then return "attn.Tensor" end
@@ -17,7 +22,7 @@ function checks.positive_integer(cls, v, argn, what)
   local i = type(v) == "number" and v == v and math.tointeger(v) or nil
   if not i or i < 1 then
     error(("attn.nn.%s: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
-      cls, argn, what, describe(v)), 3)
+      cls, argn, what, describe(v)), CTOR_LEVEL)
   end
   return i
 end
@@ -26,9 +31,26 @@ end
 function checks.probability(cls, v, argn, what)
   if type(v) ~= "number" or not (v >= 0 and v <= 1) then
     error(("attn.nn.%s: bad argument #%d '%s' (expected a probability in [0, 1], got %s)"):format(
-      cls, argn, what, describe(v)), 3)
+      cls, argn, what, describe(v)), CTOR_LEVEL)
   end
   return v
+end
+
+--- A finite number (options such as scale).
+function checks.finite(cls, v, what)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+    error(("attn.nn.%s: bad option '%s' (expected a finite number, got %s)"):format(cls, what, describe(v)),
+      CTOR_LEVEL)
+  end
+  return v
+end
+
+--- No argument where the class takes none (torch raises TypeError for extra arguments).
+function checks.none(cls, v, argn, takes)
+  if v ~= nil then
+    error(("attn.nn.%s: unexpected argument #%d (got %s; the constructor takes %s)"):format(
+      cls, argn, describe(v), takes), CTOR_LEVEL)
+  end
 end
 
 --- An options table whose keys are all in `allowed` ({name = "type"}); returns it (or {}).
@@ -36,7 +58,7 @@ function checks.options(cls, opts, argn, allowed)
   if opts == nil then return {} end
   if type(opts) ~= "table" then
     error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
-      cls, argn, describe(opts)), 3)
+      cls, argn, describe(opts)), CTOR_LEVEL)
   end
   for k, v in pairs(opts) do
     local want = allowed[k]
@@ -44,10 +66,10 @@ function checks.options(cls, opts, argn, allowed)
       local names = {}
       for name in pairs(allowed) do names[#names + 1] = name end
       table.sort(names)
-      error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")), 3)
+      error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")), CTOR_LEVEL)
     end
     if type(v) ~= want then
-      error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)), 3)
+      error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)), CTOR_LEVEL)
     end
   end
   return opts
@@ -56,8 +78,9 @@ end
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 checks.shape = shape
 
---- x must be a tensor of rank in [min_rank, max_rank] whose last dim is width.
-function checks.input(cls, x, what, width, min_rank, max_rank)
+--- x must be a tensor of rank in [min_rank, max_rank] whose last dim is width
+-- (named width_name, default "d_in").
+function checks.input(cls, x, what, width, min_rank, max_rank, width_name)
   if not attn.is_tensor(x) then
     error(("%s:forward: bad argument '%s' (expected attn.Tensor, got %s)"):format(cls, what, describe(x)), 3)
   end
@@ -67,7 +90,8 @@ function checks.input(cls, x, what, width, min_rank, max_rank)
     error(("%s:forward: '%s' must have %s dims, got shape %s"):format(cls, what, ranks, shape(x)), 3)
   end
   if x:size(n) ~= width then
-    error(("%s:forward: '%s' of shape %s must end in d_in = %d"):format(cls, what, shape(x), width), 3)
+    error(("%s:forward: '%s' of shape %s must end in %s = %d"):format(cls, what, shape(x),
+      width_name or "d_in", width), 3)
   end
 end
 
