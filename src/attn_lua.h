@@ -50,5 +50,6 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);
 void attnL_open_attention(lua_State *L);
+void attnL_open_io(lua_State *L);
 
 #endif
