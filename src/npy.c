@@ -1,0 +1,396 @@
+/* NumPy .npy reader and writer (see npy.h). The format:
+ *   "\x93NUMPY" major minor, header length (uint16 LE for 1.0, uint32 LE for
+ *   2.0 and 3.0), then a Python dict literal such as
+ *   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ *   padded with spaces and a final '\n', then the raw elements. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "npy.h"
+
+#define MAGIC "\x93NUMPY"
+#define MAGIC_LEN 6
+/* NumPy itself refuses headers over 10000 bytes unless told otherwise; a
+ * header of 8 dims is far below this bound. */
+#define MAX_HEADER (1 << 20)
+#define CHUNK 4096
+
+static int host_is_little_endian(void) {
+  const uint16_t one = 1;
+  unsigned char b;
+  memcpy(&b, &one, 1);
+  return b == 1;
+}
+
+static attn_status file_error(const char *path, const char *what) {
+  return attn_fail(ATTN_EARG, "cannot %s '%s': %s", what, path, strerror(errno));
+}
+
+/* ---- header parsing ---------------------------------------------------- */
+
+typedef struct parser {
+  const char *path;
+  const char *p, *end;
+} parser;
+
+static void skip_ws(parser *ps) {
+  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
+}
+
+static attn_status bad_header(const parser *ps, const char *what) {
+  return attn_fail(ATTN_EARG, "'%s' is not a valid .npy file: %s in its header", ps->path, what);
+}
+
+/* A quoted string (no escapes) into out. */
+static attn_status parse_string(parser *ps, char *out, size_t cap) {
+  if (ps->p >= ps->end || (*ps->p != '\'' && *ps->p != '"')) return bad_header(ps, "a string was expected");
+  char q = *ps->p++;
+  size_t n = 0;
+  while (ps->p < ps->end && *ps->p != q) {
+    if (*ps->p == '\\') return bad_header(ps, "an escape in a string");
+    if (n + 1 >= cap) return bad_header(ps, "an overlong string");
+    out[n++] = *ps->p++;
+  }
+  if (ps->p >= ps->end) return bad_header(ps, "an unterminated string");
+  ps->p++;
+  out[n] = 0;
+  return ATTN_OK;
+}
+
+static int match_word(parser *ps, const char *w) {
+  size_t n = strlen(w);
+  if ((size_t)(ps->end - ps->p) >= n && memcmp(ps->p, w, n) == 0) {
+    ps->p += n;
+    return 1;
+  }
+  return 0;
+}
+
+static attn_status parse_shape(parser *ps, attn_npy_info *info) {
+  if (ps->p >= ps->end || *ps->p != '(') return bad_header(ps, "'shape' is not a tuple");
+  ps->p++;
+  int n = 0;
+  for (;;) {
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ')') break;
+    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return bad_header(ps, "'shape' holds something other than non-negative integers");
+    int64_t v = 0;
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
+      int digit = *ps->p++ - '0';
+      if (v > (INT64_MAX - digit) / 10) return bad_header(ps, "a size in 'shape' overflows");
+      v = v * 10 + digit;
+    }
+    if (ps->p < ps->end && *ps->p == 'L') ps->p++; /* Python 2's long suffix */
+    if (n >= ATTN_MAX_DIMS)
+      return attn_fail(ATTN_EARG, "'%s': arrays of more than %d dims are not supported", ps->path, ATTN_MAX_DIMS);
+    info->size[n++] = v;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (ps->p < ps->end && *ps->p == ')') break;
+    return bad_header(ps, "'shape' is not a tuple of integers");
+  }
+  ps->p++;
+  info->ndim = n;
+  return ATTN_OK;
+}
+
+attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, size_t len, int64_t file_size,
+                                  attn_npy_info *info) {
+  memset(info, 0, sizeof *info);
+  if (len < MAGIC_LEN || memcmp(buf, MAGIC, MAGIC_LEN) != 0)
+    return attn_fail(ATTN_EARG, "'%s' is not a .npy file (no \\x93NUMPY magic string)", path);
+  if (len < 10) return attn_fail(ATTN_EARG, "'%s' is truncated: the file ends inside the .npy preamble", path);
+  info->major = buf[6];
+  info->minor = buf[7];
+  if (info->major < 1 || info->major > 3 || info->minor != 0)
+    return attn_fail(ATTN_EARG, "'%s': .npy format version %d.%d is not supported (1.0, 2.0 and 3.0 are)", path,
+                     info->major, info->minor);
+  size_t pre = info->major == 1 ? 10 : 12;
+  if (len < pre) return attn_fail(ATTN_EARG, "'%s' is truncated: the file ends inside the .npy preamble", path);
+  uint32_t hlen = info->major == 1 ? (uint32_t)buf[8] | (uint32_t)buf[9] << 8
+                                   : (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
+                                         (uint32_t)buf[11] << 24;
+  if (hlen > MAX_HEADER)
+    return attn_fail(ATTN_EARG, "'%s' is not a valid .npy file: its header length %lu is implausible", path,
+                     (unsigned long)hlen);
+  if (len - pre < hlen) {
+    int64_t holds = (file_size >= (int64_t)pre ? file_size : (int64_t)len) - (int64_t)pre;
+    return attn_fail(ATTN_EARG, "'%s' is truncated: the header announces %lu bytes, the file holds %lld", path,
+                     (unsigned long)hlen, (long long)holds);
+  }
+  info->data_offset = (int64_t)pre + hlen;
+
+  parser ps = {path, (const char *)buf + pre, (const char *)buf + pre + hlen};
+  char descr[40] = {0};
+  int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0;
+  attn_status st;
+  skip_ws(&ps);
+  if (ps.p >= ps.end || *ps.p != '{') return bad_header(&ps, "no dict");
+  ps.p++;
+  for (;;) {
+    skip_ws(&ps);
+    if (ps.p < ps.end && *ps.p == '}') break;
+    char key[40];
+    if ((st = parse_string(&ps, key, sizeof key)) != ATTN_OK) return st;
+    skip_ws(&ps);
+    if (ps.p >= ps.end || *ps.p != ':') return bad_header(&ps, "a ':' is missing");
+    ps.p++;
+    skip_ws(&ps);
+    if (strcmp(key, "descr") == 0 && !have_descr) {
+      if (ps.p < ps.end && *ps.p == '[')
+        return attn_fail(ATTN_EARG, "'%s': structured dtypes are not supported (expected '<f4' or '<f8')", path);
+      if ((st = parse_string(&ps, descr, sizeof descr)) != ATTN_OK) return st;
+      have_descr = 1;
+    } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
+      if (match_word(&ps, "True")) fortran = 1;
+      else if (match_word(&ps, "False")) fortran = 0;
+      else return bad_header(&ps, "'fortran_order' is neither True nor False");
+      have_order = 1;
+    } else if (strcmp(key, "shape") == 0 && !have_shape) {
+      if ((st = parse_shape(&ps, info)) != ATTN_OK) return st;
+      have_shape = 1;
+    } else {
+      return bad_header(&ps, "an unexpected or repeated key");
+    }
+    skip_ws(&ps);
+    if (ps.p < ps.end && *ps.p == ',') {
+      ps.p++;
+      continue;
+    }
+    if (ps.p < ps.end && *ps.p == '}') break;
+    return bad_header(&ps, "a ',' or '}' is missing");
+  }
+  ps.p++;
+  skip_ws(&ps);
+  while (ps.p < ps.end && *ps.p == 0) ps.p++; /* some writers pad with NULs */
+  if (ps.p != ps.end) return bad_header(&ps, "text after the dict");
+  if (!have_descr || !have_order || !have_shape)
+    return bad_header(&ps, !have_descr ? "no 'descr'" : !have_order ? "no 'fortran_order'" : "no 'shape'");
+
+  if (strcmp(descr, "<f4") == 0) info->dtype = ATTN_NPY_F4;
+  else if (strcmp(descr, "<f8") == 0) info->dtype = ATTN_NPY_F8;
+  else if (descr[0] == '>' && (strcmp(descr + 1, "f4") == 0 || strcmp(descr + 1, "f8") == 0))
+    return attn_fail(ATTN_EARG, "'%s': big-endian dtype '%s' is not supported (expected '<f4' or '<f8'; "
+                     "save it with arr.astype('<f4'))", path, descr);
+  else
+    return attn_fail(ATTN_EARG, "'%s': dtype '%s' is not supported (expected '<f4' float32 or '<f8' float64)",
+                     path, descr);
+  if (fortran)
+    return attn_fail(ATTN_EARG, "'%s': Fortran-order arrays are not supported (save np.ascontiguousarray(arr))",
+                     path);
+
+  char sbuf[256];
+  attn_status sst = attn_numel_checked(info->ndim, info->size, &info->numel);
+  if (sst != ATTN_OK || info->numel > INT64_MAX / 8)
+    return attn_fail(ATTN_EARG, "'%s': shape %s has too many elements", path,
+                     attn_sizes_str(info->ndim, info->size, sbuf, sizeof sbuf));
+  int64_t need = info->numel * (int64_t)info->dtype;
+  if (file_size >= 0 && (file_size < info->data_offset || file_size - info->data_offset < need))
+    return attn_fail(ATTN_EARG, "'%s' is truncated: shape %s of '%s' needs %lld bytes of data, the file holds %lld",
+                     path, attn_sizes_str(info->ndim, info->size, sbuf, sizeof sbuf), descr, (long long)need,
+                     (long long)(file_size > info->data_offset ? file_size - info->data_offset : 0));
+  return ATTN_OK;
+}
+
+/* Open path for reading and return its size, refusing what is not a regular file. */
+static FILE *open_regular(const char *path, int64_t *file_size) {
+  struct stat sb;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    file_error(path, "open");
+    return NULL;
+  }
+  if (fstat(fileno(f), &sb) != 0) {
+    file_error(path, "stat");
+    fclose(f);
+    return NULL;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    attn_fail(ATTN_EARG, "cannot read '%s': not a regular file", path);
+    fclose(f);
+    return NULL;
+  }
+  *file_size = (int64_t)sb.st_size;
+  return f;
+}
+
+attn_status attn_npy_read_header(const char *path, attn_npy_info *info) {
+  int64_t file_size;
+  FILE *f = open_regular(path, &file_size);
+  if (!f) return ATTN_EARG;
+  unsigned char pre[12];
+  size_t got = fread(pre, 1, sizeof pre, f);
+  if (ferror(f)) {
+    attn_status st = file_error(path, "read");
+    fclose(f);
+    return st;
+  }
+  /* Too short for the preamble, or not a .npy file: the parser says which. */
+  if (got < 10 || memcmp(pre, MAGIC, MAGIC_LEN) != 0 || (pre[6] != 1 && got < 12)) {
+    fclose(f);
+    return attn_npy_parse_header(path, pre, got, file_size, info);
+  }
+  size_t preamble = pre[6] == 1 ? 10 : 12;
+  uint32_t hlen = pre[6] == 1 ? (uint32_t)pre[8] | (uint32_t)pre[9] << 8
+                              : (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 |
+                                    (uint32_t)pre[11] << 24;
+  if (hlen > MAX_HEADER || (int64_t)(preamble + hlen) > file_size) {
+    /* let the parser report the bad length with what the file holds */
+    fclose(f);
+    return attn_npy_parse_header(path, pre, got < (size_t)file_size ? got : (size_t)file_size, file_size, info);
+  }
+  size_t total = preamble + hlen;
+  unsigned char *buf = malloc(total);
+  if (!buf) {
+    fclose(f);
+    return attn_fail(ATTN_ENOMEM, "cannot allocate %lu bytes for the header of '%s'", (unsigned long)total, path);
+  }
+  size_t head = got < total ? got : total;
+  memcpy(buf, pre, head);
+  size_t more = total > head ? fread(buf + head, 1, total - head, f) : 0;
+  int err = ferror(f);
+  fclose(f);
+  attn_status st;
+  if (err) st = attn_fail(ATTN_EARG, "cannot read '%s': read error", path);
+  else if (head + more < total)
+    st = attn_fail(ATTN_EARG, "'%s' is truncated: the file ends inside the header", path);
+  else st = attn_npy_parse_header(path, buf, total, file_size, info);
+  free(buf);
+  return st;
+}
+
+static uint32_t load_u32le(const unsigned char *b) {
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t load_u64le(const unsigned char *b) {
+  return (uint64_t)load_u32le(b) | (uint64_t)load_u32le(b + 4) << 32;
+}
+
+static float f64_to_f32(double d) {
+  /* as NumPy's astype(float32): values beyond float's range become +-inf */
+  if (d > (double)FLT_MAX) return INFINITY;
+  if (d < -(double)FLT_MAX) return -INFINITY;
+  return (float)d;
+}
+
+attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, float *out) {
+  int64_t file_size;
+  FILE *f = open_regular(path, &file_size);
+  if (!f) return ATTN_EARG;
+  attn_status st = ATTN_OK;
+  if (file_size - info->data_offset < info->numel * (int64_t)info->dtype) {
+    st = attn_fail(ATTN_EARG, "'%s' is truncated: it changed while it was read", path);
+  } else if (fseeko(f, (off_t)info->data_offset, SEEK_SET) != 0) {
+    st = file_error(path, "seek in");
+  } else if (info->dtype == ATTN_NPY_F4) {
+    int le = host_is_little_endian();
+    int64_t done = 0;
+    unsigned char raw[CHUNK * 4];
+    while (done < info->numel && st == ATTN_OK) {
+      size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
+      if (le) {
+        if (fread(out + done, 4, n, f) != n) st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
+      } else if (fread(raw, 4, n, f) != n) {
+        st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
+      } else {
+        for (size_t i = 0; i < n; i++) {
+          uint32_t u = load_u32le(raw + 4 * i);
+          memcpy(out + done + (int64_t)i, &u, 4);
+        }
+      }
+      done += (int64_t)n;
+    }
+  } else {
+    int64_t done = 0;
+    unsigned char raw[CHUNK * 8];
+    while (done < info->numel && st == ATTN_OK) {
+      size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
+      if (fread(raw, 8, n, f) != n) {
+        st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
+        break;
+      }
+      for (size_t i = 0; i < n; i++) {
+        uint64_t u = load_u64le(raw + 8 * i);
+        double d;
+        memcpy(&d, &u, 8);
+        out[done + (int64_t)i] = f64_to_f32(d);
+      }
+      done += (int64_t)n;
+    }
+  }
+  fclose(f);
+  return st;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+attn_status attn_npy_write(const char *path, const attn_tensor *t) {
+  char header[512];
+  int n = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  /* as NumPy writes it: "()", "(3,)", "(2, 3)" */
+  for (int d = 0; d < t->ndim; d++)
+    n += snprintf(header + n, sizeof header - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->size[d]);
+  if (t->ndim == 1) header[n++] = ',';
+  n += snprintf(header + n, sizeof header - (size_t)n, "), }");
+  /* pad with spaces so that the data starts at a multiple of 64 bytes */
+  int total = 10 + n + 1;
+  int pad = (64 - total % 64) % 64;
+  memset(header + n, ' ', (size_t)pad);
+  n += pad;
+  header[n++] = '\n';
+
+  FILE *f = fopen(path, "wb");
+  if (!f) return attn_fail(ATTN_EARG, "cannot open '%s' for writing: %s", path, strerror(errno));
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff),
+                           (unsigned char)(n >> 8)};
+  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n;
+
+  int64_t numel = attn_numel(t);
+  int le = host_is_little_endian();
+  if (ok && numel > 0) {
+    if (attn_is_contiguous(t) && le) {
+      ok = fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;
+    } else {
+      unsigned char raw[CHUNK * 4];
+      int64_t idx[ATTN_MAX_DIMS] = {0};
+      size_t k = 0;
+      for (int64_t e = 0; e < numel && ok; e++) {
+        float v = *attn_at(t, idx);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        raw[4 * k] = (unsigned char)u;
+        raw[4 * k + 1] = (unsigned char)(u >> 8);
+        raw[4 * k + 2] = (unsigned char)(u >> 16);
+        raw[4 * k + 3] = (unsigned char)(u >> 24);
+        if (++k == CHUNK || e + 1 == numel) {
+          ok = fwrite(raw, 4, k, f) == k;
+          k = 0;
+        }
+        for (int d = t->ndim - 1; d >= 0; d--) {
+          if (++idx[d] < t->size[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+  }
+  int werr = errno;
+  if (fclose(f) != 0 && ok) {
+    ok = 0;
+    werr = errno;
+  }
+  if (!ok) {
+    remove(path);
+    errno = werr;
+    return file_error(path, "write");
+  }
+  return ATTN_OK;
+}

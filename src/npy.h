@@ -1,0 +1,40 @@
+/* NumPy .npy files (format versions 1.0, 2.0 and 3.0): the C core's reader
+ * and writer, no Lua. Little-endian float32 ('<f4') is read and written;
+ * little-endian float64 ('<f8') is read and converted to float32. Arrays
+ * must be in C order. Every malformed file is an ATTN_EARG naming the path.
+ *
+ * Loading is two calls so that the caller can allocate the tensor in
+ * between without holding an open file: attn_npy_read_header() parses and
+ * checks the header (and that the file holds all the data it announces),
+ * attn_npy_read_data() reads the elements into a buffer of info->numel floats. */
+#ifndef ATTN_NPY_H
+#define ATTN_NPY_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+typedef enum attn_npy_dtype { ATTN_NPY_F4 = 4, ATTN_NPY_F8 = 8 } attn_npy_dtype;
+
+typedef struct attn_npy_info {
+  int major, minor;          /* format version */
+  attn_npy_dtype dtype;      /* element type on disk; itemsize == dtype */
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  int64_t numel;
+  int64_t data_offset;       /* bytes from the file start to the first element */
+} attn_npy_info;
+
+/* Parse the header of the .npy file at path into info. */
+attn_status attn_npy_read_header(const char *path, attn_npy_info *info);
+/* Parse a header held in memory (the magic string onwards, len bytes); for
+ * attn_npy_read_header and tests. file_size is the whole file's size in bytes,
+ * or -1 when unknown (then the data length is not checked). */
+attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, size_t len, int64_t file_size,
+                                  attn_npy_info *info);
+/* Read info->numel elements of the file described by info into out (float32). */
+attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, float *out);
+/* Write t (any strides) to path as a version 1.0 '<f4' C-order .npy file. */
+attn_status attn_npy_write(const char *path, const attn_tensor *t);
+
+#endif
