@@ -306,7 +306,8 @@ describe("attention errors", function()
     C.fails(function() sdpa(q, k, v, {[1] = true}) end, NAME, "bad option key of type number")
     C.fails(function() sdpa(q, k, v, {kernel = "fast"}) end, NAME, "unknown kernel \"fast\"")
     C.fails(function() sdpa(q, k, v, {kernel = 2}) end, NAME, "bad option 'kernel'")
-    C.fails(function() sdpa(q, k, v, {kernel = "flash"}) end, NAME, "\"flash\"", "not built yet")
+    C.fails(function() sdpa(q, k, v, {kernel = "flash", need_weights = true}) end, NAME, "\"flash\"",
+      "need_weights = true")
   end)
 
   it("attn.simple_attention: bad input", function()

@@ -1,10 +1,12 @@
 /* Attention from Lua: attn.scaled_dot_product_attention and
- * attn.simple_attention over the core's math kernel (src/attention.c). */
+ * attn.simple_attention over the core's kernels: "math" (src/attention.c,
+ * scores materialised) and "flash" (src/flash.c, fused and tiled). */
 #include <math.h>
 #include <string.h>
 
 #include "attention.h"
 #include "rng.h"
+#include "flash.h"
 #include "attn_lua.h"
 
 static const char *const SDPA = "attn.scaled_dot_product_attention";
@@ -70,9 +72,13 @@ static double number_option(lua_State *L, int arg, const char *name, int *presen
   return r;
 }
 
-/* Run the kernel on tensors q, k, v with opts, pushing out (and weights). */
+enum { KERNEL_AUTO, KERNEL_MATH, KERNEL_FLASH };
+
+/* Run the kernel on tensors q, k, v with opts, pushing out (and weights).
+ * "auto" takes the fused kernel unless the weights are asked for or the
+ * input is small (attn_sdpa_prefer_flash: the measured crossover). */
 static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, attn_tensor *v, attn_sdpa_opts *o,
-               int need_weights) {
+               int need_weights, int kernel) {
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   if (attn_sdpa_shape(q, k, v, o->mask, o->bias, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
@@ -86,7 +92,16 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
     o->dropout_draw = attn_rng_u32(attn_default_generator());
   }
-  if (attn_sdpa_math(q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
+  if (kernel == KERNEL_AUTO) {
+    int64_t nb = 1;
+    for (int d = 0; d < ndim - 2; d++) nb *= size[d];
+    kernel = !need_weights && attn_sdpa_prefer_flash(nb, q->size[q->ndim - 2], k->size[k->ndim - 2],
+                                                     q->size[q->ndim - 1], v->size[v->ndim - 1])
+                 ? KERNEL_FLASH
+                 : KERNEL_MATH;
+  }
+  attn_status st = kernel == KERNEL_FLASH ? attn_sdpa_flash(q, k, v, o, out) : attn_sdpa_math(q, k, v, o, out, w);
+  if (st != ATTN_OK) attnL_core_error(L, fname);
   return need_weights ? 2 : 1;
 }
 
@@ -95,7 +110,7 @@ static int l_sdpa(lua_State *L) {
   attn_tensor *k = attnL_check(L, 2, SDPA, "k");
   attn_tensor *v = attnL_check(L, 3, SDPA, "v");
   attn_sdpa_opts o = attn_sdpa_defaults();
-  int need_weights = 0, have_scale = 0, have_p = 0;
+  int need_weights = 0, have_scale = 0, have_p = 0, kernel = KERNEL_AUTO;
   double scale = 0.0;
   if (!lua_isnoneornil(L, 4)) {
     if (!lua_istable(L, 4) || attnL_test(L, 4))
@@ -118,17 +133,25 @@ static int l_sdpa(lua_State *L) {
                     luaL_typename(L, -1));
       const char *kn = lua_tostring(L, -1);
       if (strcmp(kn, "flash") == 0)
-        attnL_error(L, SDPA, "kernel \"flash\" (the fused kernel) is not built yet; use \"math\" or \"auto\"");
-      if (strcmp(kn, "auto") != 0 && strcmp(kn, "math") != 0)
+        kernel = KERNEL_FLASH;
+      else if (strcmp(kn, "math") == 0)
+        kernel = KERNEL_MATH;
+      else if (strcmp(kn, "auto") != 0)
         attnL_error(L, SDPA, "unknown kernel \"%s\" (expected \"auto\", \"math\" or \"flash\")", kn);
     }
     lua_pop(L, 1);
+    /* the fused kernel never forms the [Lq, Lk] weights: asking for both is
+     * an error rather than a silent fallback that would break its O(tile)
+     * memory promise ("auto" takes the math kernel for need_weights) */
+    if (kernel == KERNEL_FLASH && need_weights)
+      attnL_error(L, SDPA, "kernel \"flash\" does not form the attention weights (need_weights = true); "
+                           "use kernel = \"math\" or \"auto\"");
   }
   if (q->ndim >= 1) {
     int64_t e = q->size[q->ndim - 1];
     o.scale = have_scale ? (float)scale : (float)(1.0 / sqrt((double)e));
   }
-  return run(L, SDPA, q, k, v, &o, need_weights);
+  return run(L, SDPA, q, k, v, &o, need_weights, kernel);
 }
 
 static int l_simple(lua_State *L) {
@@ -141,7 +164,7 @@ static int l_simple(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) attnL_error(L, SIMPLE, "takes one argument, got %d", lua_gettop(L));
   attn_sdpa_opts o = attn_sdpa_defaults();
   o.scale = 1.0f;
-  return run(L, SIMPLE, x, x, x, &o, 0);
+  return run(L, SIMPLE, x, x, x, &o, 0, KERNEL_MATH);
 }
 
 static const luaL_Reg funcs[] = {
