@@ -56,4 +56,7 @@ function Tensor.view_as(t, other) return t:view(other:size()) end
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return t:expand(other:size()) end
 
+--- Attention heatmaps (SVG and terminal): see `attn.viz`.
+attn.viz = require "attn.viz"
+
 return attn
