@@ -2,7 +2,9 @@
 #   make          build build/attn/core.so and copy the Lua layer into build/
 #   make test     run every busted spec (ends with "N passed, N failed")
 #   make demo     run the notebook demo
-#   make install  PREFIX=/usr/local: standard Lua 5.4 paths
+#   make install  PREFIX=/usr/local: standard Lua 5.4 paths (or INST_LIBDIR /
+#                 INST_LUADIR for the C and Lua module roots, as luarocks passes)
+#   make doc      LDoc HTML reference into doc/
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -11,6 +13,9 @@ CC      ?= gcc
 LUA     ?= lua5.4
 BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLASINC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+LUA_INCDIR ?= /usr/include/lua5.4
+INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
+INST_LUADIR ?= $(PREFIX)/share/lua/5.4
 
 # FMA and AVX2 where the building CPU has them (the RNG uses fmaf either way).
 ARCH := $(shell grep -q -w avx2 /proc/cpuinfo 2>/dev/null && grep -q -w fma /proc/cpuinfo 2>/dev/null && echo -mavx2 -mfma)
@@ -18,7 +23,7 @@ ARCH := $(shell grep -q -w avx2 /proc/cpuinfo 2>/dev/null && grep -q -w fma /pro
 WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS = $(CFLAGS) $(ARCH) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
-             -I/usr/include/lua5.4 -I$(BLASINC)
+             -I$(LUA_INCDIR) -I$(BLASINC)
 LDFLAGS ?=
 # -z nodelete: lua_close() dlclose()s the module, which would unload libgomp
 # while its idle worker threads still run its code (a segfault at exit).
@@ -32,7 +37,7 @@ SO   := $(BUILD)/attn/core.so
 
 PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted gcc make
 
-.PHONY: all test demo install clean deps
+.PHONY: all test demo install clean deps doc
 all: deps $(SO) $(LUAOUT)
 
 # Install missing Debian packages: as root with apt-get, else with sudo, else say which.
@@ -67,12 +72,18 @@ demo: all
 	@scripts/attn-lua scripts/check_seeds.lua
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/lua/5.4/attn $(DESTDIR)$(PREFIX)/share/lua/5.4
-	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/lua/5.4/attn/core.so
-	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/lua/5.4/{} \;
+	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR)
+	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
+	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
 
 clean:
 	rm -rf $(BUILD)
+
+# HTML reference docs from the LDoc comments (config.ld) into doc/ (lua-markdown
+# renders the README topic; without it LDoc shows it as plain text).
+doc:
+	@command -v ldoc >/dev/null || { echo "attn: 'make doc' needs LDoc: sudo apt-get install lua-ldoc lua-markdown" >&2; exit 1; }
+	ldoc .
 
 # The whole spec suite with AddressSanitizer + UndefinedBehaviorSanitizer (and
 # LeakSanitizer): the module is built into build-asan/ and the sanitizer

@@ -65,5 +65,7 @@ mt.__tostring = function(t) return format.format(t) end
 -- `require "attn"`: publish the table first so that require finds it.
 package.loaded["attn"] = attn
 attn.nn = require "attn.nn"
+--- Attention heatmaps (SVG and terminal): see `attn.viz`.
+attn.viz = require "attn.viz"
 
 return attn
