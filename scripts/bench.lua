@@ -1,0 +1,163 @@
+-- Attention benchmarks, one JSON object per line (api.md section 5).
+--   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
+-- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
+-- C_causal, mha, tiny (default: all). Each attention case runs every kernel
+-- that applies (math and flash; C_causal flash only, in a child process so its
+-- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
+-- also for causal). Every line names the OpenBLAS core in use. --threads N
+-- re-runs the script with OMP_NUM_THREADS=N (OpenMP reads it at start).
+local attn = require "attn"
+
+local opts = { cases = nil, threads = nil, reps = 3, child = false }
+local i = 1
+while i <= #arg do
+  local a = arg[i]
+  if a == "--cases" then opts.cases = arg[i + 1]; i = i + 1
+  elseif a == "--threads" then opts.threads = tonumber(arg[i + 1]); i = i + 1
+  elseif a == "--reps" then opts.reps = tonumber(arg[i + 1]); i = i + 1
+  elseif a == "--child" then opts.child = true
+  else io.stderr:write("bench.lua: unknown argument " .. a .. "\n"); os.exit(2) end
+  i = i + 1
+end
+
+local script = arg[0]
+local launcher = script:gsub("bench%.lua$", "attn-lua")
+
+if opts.threads and os.getenv("OMP_NUM_THREADS") ~= tostring(opts.threads) then
+  local cmd = string.format("OMP_NUM_THREADS=%d %s %s --cases %s --reps %d", opts.threads, launcher, script,
+    opts.cases or "all", opts.reps)
+  local ok = os.execute(cmd)
+  os.exit(ok and 0 or 1)
+end
+
+local threads = tonumber(os.getenv("OMP_NUM_THREADS") or "") or attn.blas_info().threads
+local core = attn.blas_info().core
+local tty = os.execute("test -t 2") == true
+
+local function json(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    local order = { case = 1, kernel = 2, b = 3, h = 4, lq = 5, lk = 6, e = 7, causal = 8, threads = 9, ms = 10, gflops = 11 }
+    local oa, ob = order[a] or 99, order[b] or 99
+    if oa ~= ob then return oa < ob end
+    return a < b
+  end)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    local s
+    if type(v) == "string" then s = string.format("%q", v)
+    elseif type(v) == "boolean" then s = tostring(v)
+    elseif math.type(v) == "integer" then s = tostring(v)
+    else s = string.format("%.4g", v) end
+    parts[#parts + 1] = string.format("%q: %s", k, s)
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function emit(t)
+  t.threads = threads
+  t.blas_core = core
+  t.peak_rss_mb = t.peak_rss_mb or attn.peak_rss_mb()
+  io.write(json(t), "\n")
+  io.flush()
+end
+
+local function progress(msg)
+  if tty then io.stderr:write("\r\27[K" .. msg) io.stderr:flush() end
+end
+
+-- best of reps wall-clock milliseconds of fn()
+local function best_ms(fn, reps)
+  fn() -- warm-up
+  local best = math.huge
+  for r = 1, reps do
+    collectgarbage()
+    local t0 = attn.clock()
+    fn()
+    local dt = (attn.clock() - t0) * 1000
+    if dt < best then best = dt end
+  end
+  return best
+end
+
+local selected = {}
+if opts.cases and opts.cases ~= "all" then
+  for name in opts.cases:gmatch("[^,]+") do selected[name] = true end
+end
+local function wanted(name) return next(selected) == nil or selected[name] end
+
+local function attention_case(name, b, h, n, e, causal, kernels)
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  for _, kernel in ipairs(kernels) do
+    progress(string.format("%s %s ...", name, kernel))
+    local ms = best_ms(function()
+      attn.scaled_dot_product_attention(q, k, v, { is_causal = causal, kernel = kernel })
+    end, opts.reps)
+    emit { case = name, kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = causal, ms = ms,
+           gflops = 4.0 * b * h * n * n * e / (ms * 1e6) }
+  end
+end
+
+if wanted("sgemm_peak") then
+  progress("sgemm_peak ...")
+  local n = 2048
+  local a, bm = attn.randn(n, n), attn.randn(n, n)
+  local ms = best_ms(function() attn.matmul(a, bm) end, opts.reps)
+  emit { case = "sgemm_peak", kernel = "sgemm", b = 1, h = 1, lq = n, lk = n, e = n, causal = false, ms = ms,
+         gflops = 2.0 * n * n * n / (ms * 1e6) }
+end
+
+local cases = {
+  { "A", 4, 12, 1024, 64, false }, { "A_causal", 4, 12, 1024, 64, true },
+  { "B", 1, 8, 4096, 64, false }, { "B_causal", 1, 8, 4096, 64, true },
+}
+for _, c in ipairs(cases) do
+  if wanted(c[1]) then attention_case(c[1], c[2], c[3], c[4], c[5], c[6], { "math", "flash" }) end
+end
+
+if wanted("C_causal") then
+  if opts.child then
+    attention_case("C_causal", 1, 8, 16384, 64, true, { "flash" })
+  else
+    -- its own process, so that peak_rss_mb is this case's alone
+    local cmd = string.format("%s %s --cases C_causal --reps %d --child", launcher, script, opts.reps)
+    local p = io.popen(cmd)
+    io.write(p:read("a"))
+    p:close()
+  end
+end
+
+if wanted("mha") then
+  progress("mha ...")
+  attn.manual_seed(0)
+  local b, n, d, h = 4, 1024, 768, 12
+  local m = attn.nn.MultiHeadAttention(d, d, n, 0.0, h)
+  m:eval()
+  local x = attn.randn(b, n, d)
+  local ms = best_ms(function() m(x) end, opts.reps)
+  emit { case = "mha", kernel = "module", b = b, h = h, lq = n, lk = n, e = d // h, causal = true, ms = ms,
+         gflops = 4.0 * b * h * n * n * (d // h) / (ms * 1e6) }
+end
+
+if wanted("tiny") then
+  progress("tiny ...")
+  local inputs = attn.rand(6, 3)
+  local batch = attn.stack({ inputs, inputs }, 1)
+  attn.manual_seed(123)
+  for _, spec in ipairs {
+    { "CausalAttention", attn.nn.CausalAttention(3, 2, 6, 0.0) },
+    { "MultiHeadAttention", attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2) },
+  } do
+    local m = spec[2]
+    local calls = 20000
+    local us = best_ms(function()
+      for _ = 1, calls do m(batch) end
+    end, opts.reps) * 1000 / calls
+    emit { case = "tiny", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
+           ms = us / 1000, us_per_call = us }
+  end
+end
+progress("")
