@@ -187,3 +187,37 @@ describe("attn.nn modules: sizes of the book's exercises", function()
     end
   end)
 end)
+
+describe("attn.nn modules reproduce notebook 002's printed tensors (values copied from the notebook)", function()
+  local inputs = attn.tensor({{0.43, 0.15, 0.89}, {0.55, 0.87, 0.66}, {0.57, 0.85, 0.64},
+                              {0.22, 0.58, 0.33}, {0.77, 0.25, 0.10}, {0.05, 0.80, 0.55}})
+  local batch = attn.stack({inputs, inputs}, 1)
+  -- the notebook prints 4 decimals: agreement within half a unit of the last one (plus float noise)
+  local PRINT_TOL = 5.01e-5
+  local function twice(rows)
+    local data = {}
+    for _ = 1, 2 do for _, r in ipairs(rows) do for _, v in ipairs(r) do data[#data + 1] = v end end end
+    return {shape = {2, #rows, #rows[1]}, data = data}
+  end
+
+  it("CausalAttention(3, 2, 6, 0.0), seed 123", function()
+    attn.manual_seed(123)
+    local ca = nn.CausalAttention(3, 2, 6, 0.0)
+    C.close(ca(batch), twice({{-0.4519, 0.2216}, {-0.5874, 0.0058}, {-0.6300, -0.0632},
+                              {-0.5675, -0.0843}, {-0.5526, -0.0981}, {-0.5299, -0.1081}}), 0, PRINT_TOL)
+  end)
+
+  it("MultiHeadAttention(3, 2, 6, 0.0, 2), seed 123: the notebook's stale 1/sqrt(2) scale, via {scale = ...}", function()
+    attn.manual_seed(123)
+    local m = nn.MultiHeadAttention(3, 2, 6, 0.0, 2, {scale = 1 / math.sqrt(2)})
+    local want = twice({{0.3190, 0.4858}, {0.2941, 0.3906}, {0.2854, 0.3600},
+                        {0.2692, 0.3879}, {0.2636, 0.3935}, {0.2574, 0.4033}})
+    C.close(m(batch), want, 0, PRINT_TOL)
+    -- the default head_dim scale (1/sqrt(1)) keeps the first row and moves later ones
+    attn.manual_seed(123)
+    local fixed = nn.MultiHeadAttention(3, 2, 6, 0.0, 2)
+    local out = fixed(batch)
+    C.close(out:narrow(2, 1, 1), {shape = {2, 1, 2}, data = {0.3190, 0.4858, 0.3190, 0.4858}}, 0, PRINT_TOL)
+    assert.has_error(function() C.close(out, want, 0, PRINT_TOL) end)
+  end)
+end)
