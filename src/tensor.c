@@ -83,7 +83,9 @@ void attn_contiguous_strides(int ndim, const int64_t *size, int64_t *stride) {
   int64_t s = 1;
   for (int d = ndim - 1; d >= 0; d--) {
     stride[d] = s;
-    s *= size[d] > 0 ? size[d] : 1;
+    int64_t n = size[d] > 0 ? size[d] : 1;
+    /* only an empty tensor gets here with a product past int64 (its strides are never used) */
+    s = s > INT64_MAX / n ? INT64_MAX : s * n;
   }
 }
 
