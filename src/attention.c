@@ -114,11 +114,7 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS
 
 /* Everything a slice needs, shared read-only by the threads. */
 typedef struct sdpa_ctx {
-  int nbatch;
-  int64_t batch[ATTN_MAX_DIMS];
-  int64_t lq, lk, e, ev;
-  attn_tensor q, k, v, mask, bias; /* expanded to [B..., rows, cols] */
-  int has_mask, has_bias;
+  attn_sdpa_problem p;             /* the shapes and expanded operands */
   const attn_sdpa_opts *o;
   CBLAS_TRANSPOSE ktr, vtr;        /* k^T as [E, Lk] and v as [Lk, Ev], when not packed */
   int64_t ldk, ldv;
@@ -132,9 +128,9 @@ typedef struct sdpa_ctx {
 /* Offset of batch item bi in a tensor expanded to [B..., r, c]. */
 static int64_t batch_offset(const sdpa_ctx *c, const attn_tensor *t, int64_t bi) {
   int64_t off = 0;
-  for (int d = c->nbatch - 1; d >= 0; d--) {
-    off += (bi % c->batch[d]) * t->stride[d];
-    bi /= c->batch[d];
+  for (int d = c->p.nbatch - 1; d >= 0; d--) {
+    off += (bi % c->p.batch[d]) * t->stride[d];
+    bi /= c->p.batch[d];
   }
   return off;
 }
@@ -142,15 +138,15 @@ static int64_t batch_offset(const sdpa_ctx *c, const attn_tensor *t, int64_t bi)
 /* Bias, mask, softmax and dropout of row i of slice bi, in place on s [Lk];
  * f [Lk] is scratch for the dropout factors. */
 static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float *f) {
-  int64_t lk = c->lk, nb = c->nbatch;
-  if (c->has_bias) {
-    const float *b = c->bias.data + batch_offset(c, &c->bias, bi) + i * c->bias.stride[nb];
-    int64_t sb = c->bias.stride[nb + 1];
+  int64_t lk = c->p.lk, nb = c->p.nbatch;
+  if (c->p.has_bias) {
+    const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb];
+    int64_t sb = c->p.bias.stride[nb + 1];
     for (int64_t j = 0; j < lk; j++) s[j] = s[j] + b[j * sb];
   }
-  if (c->has_mask) {
-    const float *m = c->mask.data + batch_offset(c, &c->mask, bi) + i * c->mask.stride[nb];
-    int64_t sm = c->mask.stride[nb + 1];
+  if (c->p.has_mask) {
+    const float *m = c->p.mask.data + batch_offset(c, &c->p.mask, bi) + i * c->p.mask.stride[nb];
+    int64_t sm = c->p.mask.stride[nb + 1];
     for (int64_t j = 0; j < lk; j++)
       if (m[j * sm] != 0.0f) s[j] = -INFINITY;
   }
@@ -174,7 +170,7 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
   float inv = (float)(1.0 / sum);
   for (int64_t j = 0; j < lk; j++) s[j] *= inv;
   if (c->o->dropout_p > 0.0) {
-    attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * c->lq + i) * lk, lk, f);
+    attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * c->p.lq + i) * lk, lk, f);
     for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
   }
 }
@@ -182,32 +178,32 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
 /* Work item `item` (slice bi = item / nblk, rows r0 .. r0 + R - 1) with the
  * calling thread's scratch block w. */
 static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
-  int64_t lq = c->lq, lk = c->lk, e = c->e, ev = c->ev;
+  int64_t lq = c->p.lq, lk = c->p.lk, e = c->p.e, ev = c->p.ev;
   int64_t bi = item / c->nblk, r0 = (item % c->nblk) * ATTN_ROW_BLOCK;
   int64_t rows = lq - r0 < ATTN_ROW_BLOCK ? lq - r0 : ATTN_ROW_BLOCK;
-  int nb = c->nbatch;
+  int nb = c->p.nbatch;
   float scale = c->o->scale;
   float *qs = w;
-  const float *q = c->q.data + batch_offset(c, &c->q, bi);
-  int64_t sq0 = c->q.stride[nb], sq1 = c->q.stride[nb + 1];
+  const float *q = c->p.q.data + batch_offset(c, &c->p.q, bi);
+  int64_t sq0 = c->p.q.stride[nb], sq1 = c->p.q.stride[nb + 1];
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < e; j++) qs[i * e + j] = q[(r0 + i) * sq0 + j * sq1] * scale;
 
-  const float *k = c->k.data + batch_offset(c, &c->k, bi);
+  const float *k = c->p.k.data + batch_offset(c, &c->p.k, bi);
   int64_t ldk = c->ldk;
   if (c->pack_k) { /* k^T packed as [E, Lk] */
     float *kp = w + c->off_kp;
-    int64_t sk0 = c->k.stride[nb], sk1 = c->k.stride[nb + 1];
+    int64_t sk0 = c->p.k.stride[nb], sk1 = c->p.k.stride[nb + 1];
     for (int64_t j = 0; j < lk; j++)
       for (int64_t d = 0; d < e; d++) kp[d * lk + j] = k[j * sk0 + d * sk1];
     k = kp;
     ldk = lk;
   }
-  const float *v = c->v.data + batch_offset(c, &c->v, bi);
+  const float *v = c->p.v.data + batch_offset(c, &c->p.v, bi);
   int64_t ldv = c->ldv;
   if (c->pack_v) {
     float *vp = w + c->off_vp;
-    int64_t sv0 = c->v.stride[nb], sv1 = c->v.stride[nb + 1];
+    int64_t sv0 = c->p.v.stride[nb], sv1 = c->p.v.stride[nb + 1];
     for (int64_t j = 0; j < lk; j++)
       for (int64_t d = 0; d < ev; d++) vp[j * ev + d] = v[j * sv0 + d * sv1];
     v = vp;
@@ -247,83 +243,91 @@ static int check_out(const attn_tensor *t, int nb, const int64_t *batch, int64_t
   return t->size[nb] == r && t->size[nb + 1] == cols;
 }
 
-attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                           const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
+attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                              const attn_sdpa_opts *opts, const attn_tensor *out, const attn_tensor *weights,
+                              attn_sdpa_problem *p) {
   int ondim;
   int64_t osize[ATTN_MAX_DIMS];
   attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
-
-  sdpa_ctx c;
-  memset(&c, 0, sizeof c);
-  c.o = opts;
-  c.nbatch = ondim - 2;
-  memcpy(c.batch, osize, (size_t)c.nbatch * sizeof(int64_t));
-  c.lq = q->size[q->ndim - 2];
-  c.e = q->size[q->ndim - 1];
-  c.lk = k->size[k->ndim - 2];
-  c.ev = v->size[v->ndim - 1];
+  memset(p, 0, sizeof *p);
+  p->nbatch = ondim - 2;
+  memcpy(p->batch, osize, (size_t)p->nbatch * sizeof(int64_t));
+  p->lq = q->size[q->ndim - 2];
+  p->e = q->size[q->ndim - 1];
+  p->lk = k->size[k->ndim - 2];
+  p->ev = v->size[v->ndim - 1];
   char b1[200], b2[200];
-  if (!check_out(out, c.nbatch, c.batch, c.lq, c.ev))
+  if (!check_out(out, p->nbatch, p->batch, p->lq, p->ev))
     return attn_fail(ATTN_ESHAPE, "out must be contiguous %s, got %s", attn_sizes_str(ondim, osize, b1, sizeof b1),
                      attn_shape_str(out, b2, sizeof b2));
-  if (weights && !check_out(weights, c.nbatch, c.batch, c.lq, c.lk))
+  if (weights && !check_out(weights, p->nbatch, p->batch, p->lq, p->lk))
     return attn_fail(ATTN_ESHAPE, "weights must be contiguous with the scores' shape, got %s",
                      attn_shape_str(weights, b2, sizeof b2));
-  if (c.lq > INT_MAX || c.lk > INT_MAX || c.e > INT_MAX || c.ev > INT_MAX)
+  if (p->lq > INT_MAX || p->lk > INT_MAX || p->e > INT_MAX || p->ev > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes above %d are not supported by BLAS (Lq %lld, Lk %lld, E %lld, Ev %lld)", INT_MAX,
-                     (long long)c.lq, (long long)c.lk, (long long)c.e, (long long)c.ev);
+                     (long long)p->lq, (long long)p->lk, (long long)p->e, (long long)p->ev);
 
   int64_t full[ATTN_MAX_DIMS];
-  memcpy(full, c.batch, (size_t)c.nbatch * sizeof(int64_t));
-  full[c.nbatch] = c.lq;
-  full[c.nbatch + 1] = c.e;
-  if ((st = attn_expand(q, ondim, full, &c.q)) != ATTN_OK) return st;
-  full[c.nbatch] = c.lk;
-  if ((st = attn_expand(k, ondim, full, &c.k)) != ATTN_OK) return st;
-  full[c.nbatch + 1] = c.ev;
-  if ((st = attn_expand(v, ondim, full, &c.v)) != ATTN_OK) return st;
-  full[c.nbatch] = c.lq;
-  full[c.nbatch + 1] = c.lk;
+  memcpy(full, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  full[p->nbatch] = p->lq;
+  full[p->nbatch + 1] = p->e;
+  if ((st = attn_expand(q, ondim, full, &p->q)) != ATTN_OK) return st;
+  full[p->nbatch] = p->lk;
+  if ((st = attn_expand(k, ondim, full, &p->k)) != ATTN_OK) return st;
+  full[p->nbatch + 1] = p->ev;
+  if ((st = attn_expand(v, ondim, full, &p->v)) != ATTN_OK) return st;
+  full[p->nbatch] = p->lq;
+  full[p->nbatch + 1] = p->lk;
   if (opts->mask) {
-    if ((st = attn_expand(opts->mask, ondim, full, &c.mask)) != ATTN_OK) return st;
-    c.has_mask = 1;
+    if ((st = attn_expand(opts->mask, ondim, full, &p->mask)) != ATTN_OK) return st;
+    p->has_mask = 1;
   }
   if (opts->bias) {
-    if ((st = attn_expand(opts->bias, ondim, full, &c.bias)) != ATTN_OK) return st;
-    c.has_bias = 1;
+    if ((st = attn_expand(opts->bias, ondim, full, &p->bias)) != ATTN_OK) return st;
+    p->has_bias = 1;
   }
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                           const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
+  sdpa_ctx c;
+  memset(&c, 0, sizeof c);
+  attn_status st = attn_sdpa_prepare(q, k, v, opts, out, weights, &c.p);
+  if (st != ATTN_OK) return st;
+  c.o = opts;
   c.out = out;
   c.weights = weights;
 
   int64_t nb = 1;
-  for (int d = 0; d < c.nbatch; d++) nb *= c.batch[d];
-  if (nb == 0 || c.lq == 0) return ATTN_OK;
+  for (int d = 0; d < c.p.nbatch; d++) nb *= c.p.batch[d];
+  if (nb == 0 || c.p.lq == 0) return ATTN_OK;
 
-  int nbd = c.nbatch;
-  c.pack_k = !blas_layout(c.e, c.lk, c.k.stride[nbd + 1], c.k.stride[nbd], &c.ktr, &c.ldk);
-  c.pack_v = !blas_layout(c.lk, c.ev, c.v.stride[nbd], c.v.stride[nbd + 1], &c.vtr, &c.ldv);
+  int nbd = c.p.nbatch;
+  c.pack_k = !blas_layout(c.p.e, c.p.lk, c.p.k.stride[nbd + 1], c.p.k.stride[nbd], &c.ktr, &c.ldk);
+  c.pack_v = !blas_layout(c.p.lk, c.p.ev, c.p.v.stride[nbd], c.p.v.stride[nbd + 1], &c.vtr, &c.ldv);
 
   /* per-thread block: qs [R, E], kp [E, Lk], vp [Lk, Ev], s [R, Lk], f [Lk] */
-  int64_t rb = c.lq < ATTN_ROW_BLOCK ? c.lq : ATTN_ROW_BLOCK;
-  c.nblk = (c.lq + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
+  int64_t rb = c.p.lq < ATTN_ROW_BLOCK ? c.p.lq : ATTN_ROW_BLOCK;
+  c.nblk = (c.p.lq + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
   size_t block = 0;
-  int ok = add_floats(&block, rb, c.e);
+  int ok = add_floats(&block, rb, c.p.e);
   c.off_kp = block;
-  if (c.pack_k) ok = ok && add_floats(&block, c.e, c.lk);
+  if (c.pack_k) ok = ok && add_floats(&block, c.p.e, c.p.lk);
   c.off_vp = block;
-  if (c.pack_v) ok = ok && add_floats(&block, c.lk, c.ev);
+  if (c.pack_v) ok = ok && add_floats(&block, c.p.lk, c.p.ev);
   c.off_s = block;
-  if (!weights) ok = ok && add_floats(&block, rb, c.lk);
+  if (!weights) ok = ok && add_floats(&block, rb, c.p.lk);
   c.off_f = block;
-  ok = ok && add_floats(&block, c.lk, 1);
+  ok = ok && add_floats(&block, c.p.lk, 1);
   c.block = block;
 
   int64_t items;
   if (__builtin_mul_overflow(nb, c.nblk, &items))
-    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.lq);
+    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
   int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (nthreads < 1) nthreads = 1;
   if (items < nthreads) nthreads = (int)items;
@@ -331,7 +335,7 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   ok = ok && add_floats(&total, (int64_t)block, nthreads);
   if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
     return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (Lq %lld, Lk %lld, E %lld, Ev %lld)",
-                     (long long)c.lq, (long long)c.lk, (long long)c.e, (long long)c.ev);
+                     (long long)c.p.lq, (long long)c.p.lk, (long long)c.p.e, (long long)c.p.ev);
   float *scratch = malloc(bytes ? bytes : 1);
   if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
 

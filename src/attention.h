@@ -22,6 +22,22 @@ typedef struct attn_sdpa_opts {
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
+/* q, k, v, mask and bias expanded to the common batch shape [B..., rows, cols]
+ * (stride 0 on broadcast dims), with the sizes: what every kernel starts from. */
+typedef struct attn_sdpa_problem {
+  int nbatch;
+  int64_t batch[ATTN_MAX_DIMS];
+  int64_t lq, lk, e, ev;
+  attn_tensor q, k, v, mask, bias;
+  int has_mask, has_bias;
+} attn_sdpa_problem;
+
+/* Validate the call (shapes, dropout_p, out [B..., Lq, Ev] and weights
+ * [B..., Lq, Lk] contiguous, BLAS int range) and fill p. */
+attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                              const attn_sdpa_opts *opts, const attn_tensor *out, const attn_tensor *weights,
+                              attn_sdpa_problem *p);
+
 attn_sdpa_opts attn_sdpa_defaults(void);
 
 /* Shape of out ([B..., Lq, Ev]) into (ndim, size); checks every operand's

@@ -34,13 +34,7 @@
 
 #include "flash.h"
 
-/* Dropout inside attention needs the RNG module (src/rng.h, branch rng):
- * switched on together with ATTN_HAVE_DROPOUT in attention.c and
- * ATTNL_HAVE_DROPOUT in lua_attention.c once that header is merged. */
-#define ATTN_FLASH_HAVE_DROPOUT 1
-#if ATTN_FLASH_HAVE_DROPOUT
 #include "rng.h"
-#endif
 
 #define BQ ATTN_FLASH_BQ
 #define BK ATTN_FLASH_BK
@@ -170,11 +164,8 @@ const char *attn_flash_exp_impl(void) { return have_avx2() ? "avx2" : "scalar"; 
 /* ---------------------------------------------------------------- context */
 
 typedef struct flash_ctx {
-  int nbatch;
-  int64_t batch[ATTN_MAX_DIMS];
-  int64_t lq, lk, e, ev;
-  attn_tensor q, k, v, mask, bias; /* expanded to [B..., rows, cols] */
-  int has_mask, has_bias, causal;
+  attn_sdpa_problem p;             /* the shapes and expanded operands */
+  int causal;
   float scale;
   const attn_sdpa_opts *o;
   CBLAS_TRANSPOSE ktr, vtr;        /* k^T as [E, Lk] and v as [Lk, Ev], when not packed */
@@ -205,28 +196,28 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS
 
 static int64_t batch_offset(const flash_ctx *c, const attn_tensor *t, int64_t bi) {
   int64_t off = 0;
-  for (int d = c->nbatch - 1; d >= 0; d--) {
-    off += (bi % c->batch[d]) * t->stride[d];
-    bi /= c->batch[d];
+  for (int d = c->p.nbatch - 1; d >= 0; d--) {
+    off += (bi % c->p.batch[d]) * t->stride[d];
+    bi /= c->p.batch[d];
   }
   return off;
 }
 
 /* Bias and mask of row i, keys [k0, k0 + n), onto s. */
 static void bias_mask_row(const flash_ctx *c, int64_t bi, int64_t i, int64_t k0, int64_t n, float *s) {
-  int nb = c->nbatch;
-  if (c->has_bias) {
-    const float *b = c->bias.data + batch_offset(c, &c->bias, bi) + i * c->bias.stride[nb];
-    int64_t sb = c->bias.stride[nb + 1];
+  int nb = c->p.nbatch;
+  if (c->p.has_bias) {
+    const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb];
+    int64_t sb = c->p.bias.stride[nb + 1];
     b += k0 * sb;
     if (sb == 1)
       for (int64_t j = 0; j < n; j++) s[j] = s[j] + b[j];
     else
       for (int64_t j = 0; j < n; j++) s[j] = s[j] + b[j * sb];
   }
-  if (c->has_mask) {
-    const float *m = c->mask.data + batch_offset(c, &c->mask, bi) + i * c->mask.stride[nb];
-    int64_t sm = c->mask.stride[nb + 1];
+  if (c->p.has_mask) {
+    const float *m = c->p.mask.data + batch_offset(c, &c->p.mask, bi) + i * c->p.mask.stride[nb];
+    int64_t sm = c->p.mask.stride[nb + 1];
     m += k0 * sm;
     if (sm == 1) {
       for (int64_t j = 0; j < n; j++)
@@ -240,17 +231,17 @@ static void bias_mask_row(const flash_ctx *c, int64_t bi, int64_t i, int64_t k0,
 
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
-  int64_t lq = c->lq, lk = c->lk, e = c->e, ev = c->ev;
+  int64_t lq = c->p.lq, lk = c->p.lk, e = c->p.e, ev = c->p.ev;
   int64_t bi = item / c->nqblk;
   /* the last query blocks first: under causal masking they have the most keys */
   int64_t r0 = (c->nqblk - 1 - item % c->nqblk) * BQ;
   int64_t rows = lq - r0 < BQ ? lq - r0 : BQ;
-  int nb = c->nbatch;
+  int nb = c->p.nbatch;
   float *qs = w, *s = w + c->off_s, *mrow = w + c->off_m, *lrow = w + c->off_l;
   float *o = c->out->data + (bi * lq + r0) * ev;
 
-  const float *q = c->q.data + batch_offset(c, &c->q, bi);
-  int64_t sq0 = c->q.stride[nb], sq1 = c->q.stride[nb + 1];
+  const float *q = c->p.q.data + batch_offset(c, &c->p.q, bi);
+  int64_t sq0 = c->p.q.stride[nb], sq1 = c->p.q.stride[nb + 1];
   float scale = c->scale;
   for (int64_t i = 0; i < rows; i++) {
     const float *qi = q + (r0 + i) * sq0;
@@ -266,10 +257,10 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   /* keys [0, kend): causal rows r0 .. r0 + rows - 1 see keys up to r0 + rows - 1 */
   int64_t kend = lk;
   if (c->causal && r0 + rows < kend) kend = r0 + rows;
-  const float *kb = c->k.data + batch_offset(c, &c->k, bi);
-  const float *vb = c->v.data + batch_offset(c, &c->v, bi);
-  int64_t sk0 = c->k.stride[nb], sk1 = c->k.stride[nb + 1];
-  int64_t sv0 = c->v.stride[nb], sv1 = c->v.stride[nb + 1];
+  const float *kb = c->p.k.data + batch_offset(c, &c->p.k, bi);
+  const float *vb = c->p.v.data + batch_offset(c, &c->p.v, bi);
+  int64_t sk0 = c->p.k.stride[nb], sk1 = c->p.k.stride[nb + 1];
+  int64_t sv0 = c->p.v.stride[nb], sv1 = c->p.v.stride[nb + 1];
 
   for (int64_t k0 = 0; k0 < kend; k0 += BK) {
     int64_t bk = kend - k0 < BK ? kend - k0 : BK;
@@ -298,7 +289,7 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       int64_t gi = r0 + i;
       int64_t n = bk; /* keys of this block row i may see */
       if (c->causal && k0 + bk > gi + 1) n = gi + 1 - k0 > 0 ? gi + 1 - k0 : 0;
-      if (c->has_bias || c->has_mask) bias_mask_row(c, bi, gi, k0, n, si);
+      if (c->p.has_bias || c->p.has_mask) bias_mask_row(c, bi, gi, k0, n, si);
       float mold = mrow[i];
       float mb = c->rmax(si, n);
       float mnew = mold; /* max(mold, mb), NaN winning */
@@ -310,13 +301,11 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       any = 1;
       float sum = c->rexp(si, n, mnew);
       if (n < bk) memset(si + n, 0, (size_t)(bk - n) * sizeof(float));
-#if ATTN_FLASH_HAVE_DROPOUT
       if (c->o->dropout_p > 0.0) {
         float *f = w + c->off_f;
         attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * lq + gi) * lk + k0, bk, f);
         for (int64_t j = 0; j < n; j++) si[j] *= f[j];
       }
-#endif
       if (mnew != mold) {
         float a = expf(mold - mnew); /* 0 when mold = -inf */
         lrow[i] = lrow[i] * a + sum;
@@ -363,13 +352,6 @@ static int add_floats(size_t *acc, int64_t a, int64_t b) {
   return 1;
 }
 
-static int check_out(const attn_tensor *t, int nb, const int64_t *batch, int64_t r, int64_t cols) {
-  if (t->ndim != nb + 2 || !attn_is_contiguous(t)) return 0;
-  for (int d = 0; d < nb; d++)
-    if (t->size[d] != batch[d]) return 0;
-  return t->size[nb] == r && t->size[nb + 1] == cols;
-}
-
 int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev) {
   (void)nb;
   (void)e;
@@ -382,63 +364,23 @@ int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_
 
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out) {
-  int ondim;
-  int64_t osize[ATTN_MAX_DIMS];
-  attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
-  if (st != ATTN_OK) return st;
-  if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
-    return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
-  if (opts->dropout_p > 0.0 && !ATTN_FLASH_HAVE_DROPOUT)
-    return attn_fail(ATTN_EARG, "dropout_p > 0 is not available yet (the RNG module is not built in)");
-
   flash_ctx c;
   memset(&c, 0, sizeof c);
+  attn_status st = attn_sdpa_prepare(q, k, v, opts, out, NULL, &c.p);
+  if (st != ATTN_OK) return st;
   c.o = opts;
   c.scale = opts->scale;
   c.causal = opts->is_causal;
-  c.nbatch = ondim - 2;
-  memcpy(c.batch, osize, (size_t)c.nbatch * sizeof(int64_t));
-  c.lq = q->size[q->ndim - 2];
-  c.e = q->size[q->ndim - 1];
-  c.lk = k->size[k->ndim - 2];
-  c.ev = v->size[v->ndim - 1];
-  char b1[200], b2[200];
-  if (!check_out(out, c.nbatch, c.batch, c.lq, c.ev))
-    return attn_fail(ATTN_ESHAPE, "out must be contiguous %s, got %s", attn_sizes_str(ondim, osize, b1, sizeof b1),
-                     attn_shape_str(out, b2, sizeof b2));
-  if (c.lq > INT_MAX || c.lk > INT_MAX || c.e > INT_MAX || c.ev > INT_MAX)
-    return attn_fail(ATTN_EARG, "sizes above %d are not supported by BLAS (Lq %lld, Lk %lld, E %lld, Ev %lld)", INT_MAX,
-                     (long long)c.lq, (long long)c.lk, (long long)c.e, (long long)c.ev);
-
-  int64_t full[ATTN_MAX_DIMS];
-  memcpy(full, c.batch, (size_t)c.nbatch * sizeof(int64_t));
-  full[c.nbatch] = c.lq;
-  full[c.nbatch + 1] = c.e;
-  if ((st = attn_expand(q, ondim, full, &c.q)) != ATTN_OK) return st;
-  full[c.nbatch] = c.lk;
-  if ((st = attn_expand(k, ondim, full, &c.k)) != ATTN_OK) return st;
-  full[c.nbatch + 1] = c.ev;
-  if ((st = attn_expand(v, ondim, full, &c.v)) != ATTN_OK) return st;
-  full[c.nbatch] = c.lq;
-  full[c.nbatch + 1] = c.lk;
-  if (opts->mask) {
-    if ((st = attn_expand(opts->mask, ondim, full, &c.mask)) != ATTN_OK) return st;
-    c.has_mask = 1;
-  }
-  if (opts->bias) {
-    if ((st = attn_expand(opts->bias, ondim, full, &c.bias)) != ATTN_OK) return st;
-    c.has_bias = 1;
-  }
   c.out = out;
 
   int64_t nb = 1;
-  for (int d = 0; d < c.nbatch; d++) nb *= c.batch[d];
-  if (nb == 0 || c.lq == 0 || c.ev == 0) return ATTN_OK;
+  for (int d = 0; d < c.p.nbatch; d++) nb *= c.p.batch[d];
+  if (nb == 0 || c.p.lq == 0 || c.p.ev == 0) return ATTN_OK;
 
-  int nbd = c.nbatch;
-  int64_t kbmax = c.lk < BK ? c.lk : BK; /* the most keys of a block */
-  c.pack_k = !blas_layout(c.e, kbmax, c.k.stride[nbd + 1], c.k.stride[nbd], &c.ktr, &c.ldk);
-  c.pack_v = !blas_layout(kbmax, c.ev, c.v.stride[nbd], c.v.stride[nbd + 1], &c.vtr, &c.ldv);
+  int nbd = c.p.nbatch;
+  int64_t kbmax = c.p.lk < BK ? c.p.lk : BK; /* the most keys of a block */
+  c.pack_k = !blas_layout(c.p.e, kbmax, c.p.k.stride[nbd + 1], c.p.k.stride[nbd], &c.ktr, &c.ldk);
+  c.pack_v = !blas_layout(kbmax, c.p.ev, c.p.v.stride[nbd], c.p.v.stride[nbd + 1], &c.vtr, &c.ldv);
   if (have_avx2()) {
 #ifdef FLASH_X86
     c.rmax = row_max_avx2;
@@ -450,16 +392,16 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   }
 
   /* per-thread block: qs [BQ, E], s [BQ, BK], kp [E, BK], vp [BK, Ev], m [BQ], l [BQ], f [BK] */
-  int64_t rb = c.lq < BQ ? c.lq : BQ;
-  c.nqblk = (c.lq + BQ - 1) / BQ;
+  int64_t rb = c.p.lq < BQ ? c.p.lq : BQ;
+  c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = add_floats(&block, rb, c.e);
+  int ok = add_floats(&block, rb, c.p.e);
   c.off_s = block;
   ok = ok && add_floats(&block, rb, BK);
   c.off_kp = block;
-  if (c.pack_k) ok = ok && add_floats(&block, c.e, BK);
+  if (c.pack_k) ok = ok && add_floats(&block, c.p.e, BK);
   c.off_vp = block;
-  if (c.pack_v) ok = ok && add_floats(&block, BK, c.ev);
+  if (c.pack_v) ok = ok && add_floats(&block, BK, c.p.ev);
   c.off_m = block;
   ok = ok && add_floats(&block, rb, 1);
   c.off_l = block;
@@ -472,15 +414,15 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
 
   int64_t items;
   if (__builtin_mul_overflow(nb, c.nqblk, &items))
-    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.lq);
+    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
   int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (nthreads < 1) nthreads = 1;
   if (items < nthreads) nthreads = (int)items;
   size_t total = 0, bytes;
   ok = ok && add_floats(&total, (int64_t)block, nthreads);
   if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
-    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (E %lld, Ev %lld)", (long long)c.e,
-                     (long long)c.ev);
+    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (E %lld, Ev %lld)", (long long)c.p.e,
+                     (long long)c.p.ev);
   float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
   if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
 
