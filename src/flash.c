@@ -33,7 +33,6 @@
 #include <string.h>
 
 #include "flash.h"
-
 #include "rng.h"
 
 #define BQ ATTN_FLASH_BQ
