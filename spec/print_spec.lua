@@ -66,6 +66,44 @@ describe("attn.format(t, opts) matches PyTorch under set_printoptions", function
   end
 end)
 
+describe("attn.set_printoptions changes what tostring prints, as torch.set_printoptions", function()
+  local saved
+  before_each(function() saved = attn.get_printoptions() end)
+  after_each(function() attn.set_printoptions(saved) end)
+  for _, c in ipairs(cases) do
+    if c.opts then
+      it(c.name, function()
+        attn.set_printoptions(c.opts)
+        check(c.name, c.expected, tostring(build(c)))
+      end)
+    end
+  end
+
+  it("get_printoptions returns a copy; leaving sci_mode out resets it", function()
+    attn.set_printoptions { sci_mode = true, precision = 2 }
+    local o = attn.get_printoptions()
+    assert.are.same({ precision = 2, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = true }, o)
+    o.precision = 9
+    assert.are.equal(2, attn.get_printoptions().precision)
+    attn.set_printoptions { precision = 3 }
+    assert.is_nil(attn.get_printoptions().sci_mode)
+  end)
+
+  it("bad options are errors naming the function and leave the options alone", function()
+    local before = attn.get_printoptions()
+    local ok, e = pcall(attn.set_printoptions, { profile = "long" })
+    assert.is_false(ok)
+    assert.truthy(e:find("attn.set_printoptions: bad option 'profile' (expected 'default', 'short' or 'full', got long)", 1, true), e)
+    ok, e = pcall(attn.set_printoptions, { precisoin = 2 })
+    assert.truthy(e:find("attn.set_printoptions: bad argument #1 'opts' (unknown option 'precisoin'", 1, true), e)
+    ok, e = pcall(attn.set_printoptions, "short")
+    assert.truthy(e:find("attn.set_printoptions: bad argument #1 'opts' (expected a table, got string)", 1, true), e)
+    ok, e = pcall(attn.set_printoptions)
+    assert.truthy(e:find("attn.set_printoptions: bad argument #1 'opts' (expected a table, got no value)", 1, true), e)
+    assert.are.same(before, attn.get_printoptions())
+  end)
+end)
+
 describe("printing, hand-checked", function()
   it("integer-valued tensors get a trailing point", function()
     assert.are.equal("tensor([1., 2., 3.])", tostring(attn.tensor{1, 2, 3}))

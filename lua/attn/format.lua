@@ -79,7 +79,9 @@ local function new_formatter(vals, n, opts)
     f.max_width = w
   end
 
-  if opts.sci_mode ~= nil then f.sci_mode = opts.sci_mode end
+  -- as PyTorch, the sci_mode option only applies when some value is nonzero
+  -- and finite (its _Formatter returns before reading it otherwise)
+  if k > 0 and opts.sci_mode ~= nil then f.sci_mode = opts.sci_mode end
   return f
 end
 
@@ -141,39 +143,82 @@ local function tuple_str(sizes)
 end
 
 local opt_types = { precision = "integer", threshold = "number", edgeitems = "integer",
-                    linewidth = "integer", sci_mode = "boolean" }
+                    linewidth = "integer", sci_mode = "boolean", profile = "string" }
 
-local function check_opts(opts)
+-- torch.set_printoptions' profiles: what each sets before the explicit fields.
+local profiles = {
+  default = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80 },
+  short = { precision = 2, threshold = 1000, edgeitems = 2, linewidth = 80 },
+  full = { precision = 4, threshold = huge, edgeitems = 3, linewidth = 80 },
+}
+
+-- Validated options over `base`: `opts`' profile first, then its fields.
+local function merge_opts(fname, opts, base, level)
   local o = {}
-  for k, v in pairs(M.defaults) do o[k] = v end
+  for k, v in pairs(base) do o[k] = v end
   if opts == nil then return o end
   if type(opts) ~= "table" then
-    error("attn.format: bad argument #2 'opts' (expected a table, got " .. type(opts) .. ")", 3)
+    error(fname .. ": bad argument #" .. (fname == "attn.format" and 2 or 1) .. " 'opts' (expected a table, got "
+      .. type(opts) .. ")", level)
   end
   for k, v in pairs(opts) do
     local want = opt_types[k]
     if want == nil then
-      error("attn.format: bad argument #2 'opts' (unknown option '" .. tostring(k)
-        .. "'; expected precision, threshold, edgeitems, linewidth or sci_mode)", 3)
+      error(fname .. ": bad argument #" .. (fname == "attn.format" and 2 or 1) .. " 'opts' (unknown option '"
+        .. tostring(k) .. "'; expected precision, threshold, edgeitems, linewidth, sci_mode or profile)", level)
     end
     local ok
     if want == "integer" then ok = math.type(v) == "integer" or (type(v) == "number" and v == floor(v))
     elseif want == "number" then ok = type(v) == "number" and v == v
+    elseif want == "string" then ok = profiles[v] ~= nil
     else ok = type(v) == "boolean" end
     if not ok then
-      error("attn.format: bad option '" .. k .. "' (expected " .. (want == "integer" and "an integer" or
-        want == "number" and "a number" or "a boolean") .. ", got " .. tostring(v) .. ")", 3)
+      error(fname .. ": bad option '" .. k .. "' (expected " .. (want == "integer" and "an integer" or
+        want == "number" and "a number" or want == "string" and "'default', 'short' or 'full'" or "a boolean")
+        .. ", got " .. tostring(v) .. ")", level)
     end
     if k == "precision" and v < 0 or (k == "edgeitems" or k == "linewidth") and v < 1 then
-      error("attn.format: bad option '" .. k .. "' (expected " .. (k == "precision" and ">= 0" or ">= 1")
-        .. ", got " .. tostring(v) .. ")", 3)
+      error(fname .. ": bad option '" .. k .. "' (expected " .. (k == "precision" and ">= 0" or ">= 1")
+        .. ", got " .. tostring(v) .. ")", level)
     end
-    if want == "integer" then v = floor(v) end
-    o[k] = v
+  end
+  if opts.profile then
+    for k, v in pairs(profiles[opts.profile]) do o[k] = v end
+  end
+  for k, v in pairs(opts) do
+    if opt_types[k] == "integer" then o[k] = floor(v)
+    elseif k ~= "profile" then o[k] = v end
   end
   if o.precision > 50 then
-    error("attn.format: bad option 'precision' (expected <= 50, got " .. o.precision .. ")", 3)
+    error(fname .. ": bad option 'precision' (expected <= 50, got " .. o.precision .. ")", level)
   end
+  return o
+end
+
+local function check_opts(opts)
+  return merge_opts("attn.format", opts, M.defaults, 4)
+end
+
+--- Set the print options every later `tostring(t)` uses, as
+-- `torch.set_printoptions`: any of `precision`, `threshold`, `edgeitems`,
+-- `linewidth`, `sci_mode` and `profile` ("default", "short", "full"; applied
+-- first, then the other fields). As in PyTorch, `sci_mode` is always set:
+-- leaving it out goes back to automatic.
+-- @param opts table
+function M.set_printoptions(opts)
+  if opts == nil then
+    error("attn.set_printoptions: bad argument #1 'opts' (expected a table, got no value)", 2)
+  end
+  local o = merge_opts("attn.set_printoptions", opts, M.defaults, 3)
+  o.sci_mode = opts.sci_mode
+  M.defaults = o
+end
+
+--- A copy of the current print options (the fields `set_printoptions` takes).
+-- @return table
+function M.get_printoptions()
+  local o = {}
+  for k, v in pairs(M.defaults) do o[k] = v end
   return o
 end
 

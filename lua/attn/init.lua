@@ -59,6 +59,8 @@ function Tensor.expand_as(t, other) return t:expand(other:size()) end
 --- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
 local format = require "attn.format"
 attn.format = format.format
+attn.set_printoptions = format.set_printoptions
+attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t) return format.format(t) end
 
 --- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...). The nn files
