@@ -1,13 +1,15 @@
 -- Port of shared/seeds/001_0e3feecd8bb76443.txt: simplified self-attention on
 -- six tokens, trainable weights, SelfAttentionV1/V2, a causal mask, dropout,
 -- CausalAttention and MultiHeadAttentionWrapper.
---   scripts/attn-lua scripts/seeds/001_coding_attention.lua
+--   scripts/attn-lua scripts/seeds/001_coding_attention.lua [--plots DIR]
 -- Only the simplified-attention prints are determined by the notebook's code:
 -- everything after them uses torch.rand / nn.Linear / Dropout without a seed.
 -- Those cells run here after attn.manual_seed(2024) (our choice), so their
 -- numbers differ from the notebook's.
 local attn = require "attn"
 local nn = attn.nn
+local plots = require("seed_plots").from_args(arg, "scripts/seeds/001_coding_attention.lua")
+local tokens = { "Your", "journey", "starts", "with", "one", "step" }
 
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 
@@ -31,6 +33,7 @@ print(attention_scores_2)
 
 local attention_weights_2 = attention_scores_2:softmax(1)
 print(attention_weights_2)
+plots:weights("attention_weights_2", attention_weights_2, nil, tokens, "journey")
 
 local context_vec_2 = attn.zeros(query:size())
 for i = 1, #inputs do
@@ -42,6 +45,7 @@ local attention_scores = inputs:matmul(inputs:t())
 print(shape(attention_scores))
 local attention_weights = attention_scores:softmax(-1)
 print(shape(attention_weights))
+plots:weights("attention_weights", attention_weights, tokens)
 local context_vectors = attention_weights:matmul(inputs)
 print(context_vectors)
 
@@ -65,6 +69,7 @@ print(attn_scores_2)
 
 local attn_weights_2 = (attn_scores_2 / keys:size(-1) ^ 0.5):softmax(-1)
 print(attn_weights_2)
+plots:weights("attn_weights_2", attn_weights_2, nil, tokens, "journey, trainable weights")
 
 context_vec_2 = attn_weights_2:matmul(values)
 print(context_vec_2)
@@ -90,6 +95,7 @@ print(masked)
 
 local attn_weights = (masked / keys:size(-1) ^ 0.5):softmax(2)
 print(attn_weights)
+plots:weights("causal_attn_weights", attn_weights, tokens)
 
 local context_vec = attn_weights:matmul(values)
 print(context_vec)

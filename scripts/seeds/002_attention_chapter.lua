@@ -7,6 +7,8 @@
 -- inputs[2] here; keys.transpose(1, 2) is keys:transpose(2, 3)).
 local attn = require "attn"
 local nn = attn.nn
+local plots = require("seed_plots").from_args(arg, "scripts/seeds/002_attention_chapter.lua")
+local tokens = { "Your", "journey", "starts", "with", "one", "step" }
 
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 
@@ -29,6 +31,7 @@ print(attn_scores_2)
 
 local attn_weights_2 = attn_scores_2:softmax(1)
 print("Attention weights:", attn_weights_2)
+plots:weights("attn_weights_2", attn_weights_2, nil, tokens, "journey")
 print("Sum:", attn_weights_2:sum())
 
 local context_vec_2 = attn.zeros(query:size())
@@ -48,6 +51,7 @@ print(attn_scores)
 
 local attn_weights = attn_scores:softmax(-1)
 print(attn_weights)
+plots:weights("attn_weights", attn_weights, tokens)
 
 local all_context_vecs = attn_weights:matmul(inputs)
 print(all_context_vecs)
@@ -72,6 +76,7 @@ print(attn_scores)
 local d_k = keys:size(2)
 attn_weights = (attn_scores / d_k ^ 0.5):softmax(-1)
 print(attn_weights)
+plots:weights("attn_weights", attn_weights, tokens, nil, "trainable weights (attn.rand)")
 
 local context_vec = attn_weights:matmul(values)
 print(context_vec)
@@ -90,6 +95,7 @@ keys = sa_v2.W_key(inputs)
 attn_scores = queries:matmul(keys:t())
 attn_weights = (attn_scores / keys:size(-1) ^ 0.5):softmax(-1)
 print(attn_weights)
+plots:weights("attn_weights", attn_weights, tokens, nil, "SelfAttentionV2 weights")
 
 local context_length = attn_scores:size(1)
 local mask_simple = attn.tril(attn.ones(context_length, context_length))
@@ -97,10 +103,12 @@ print(mask_simple)
 
 local masked_simple = attn_weights * mask_simple
 print(masked_simple)
+plots:weights("masked_simple", masked_simple, tokens)
 
 local row_sums = masked_simple:sum(-1, true)
 local masked_simple_norm = masked_simple / row_sums
 print(masked_simple_norm)
+plots:weights("masked_simple_norm", masked_simple_norm, tokens)
 
 local mask = attn.triu(attn.ones(context_length, context_length), 1)
 local masked = attn_scores:masked_fill(mask:bool(), -math.huge)
@@ -108,6 +116,7 @@ print(masked)
 
 attn_weights = (masked / keys:size(-1) ^ 0.5):softmax(-1)
 print(attn_weights)
+plots:weights("causal_attn_weights", attn_weights, tokens)
 
 -- dropout: the notebook's PyTorch build draws the mask the MKL way (one
 -- 32-bit draw per call); attn does the same, so the masks agree.
@@ -117,7 +126,9 @@ local example = attn.ones(6, 6)
 print(dropout(example))
 
 attn.manual_seed(123)
-print(dropout(attn_weights))
+local dropped_weights = dropout(attn_weights)
+print(dropped_weights)
+plots:weights("dropped_weights", dropped_weights, tokens)
 
 local batch = attn.stack({ inputs, inputs }, 1)
 print("batch shape:", shape(batch))

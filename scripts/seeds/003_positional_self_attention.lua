@@ -1,9 +1,12 @@
 -- Port of shared/seeds/003_2002f6724c07b525.txt: self-attention on a 1x10x10
 -- positional-encoded embedding with identity projections, scaled scores,
 -- softmax, weighted sum, then an output Linear.
---   scripts/attn-lua scripts/seeds/003_positional_self_attention.lua
+--   scripts/attn-lua scripts/seeds/003_positional_self_attention.lua [--plots DIR]
 local attn = require "attn"
 local nn = attn.nn
+local plots = require("seed_plots").from_args(arg, "scripts/seeds/003_positional_self_attention.lua")
+local positions = {}
+for i = 1, 10 do positions[i] = "pos " .. i end
 
 -- Positional encoded embeddings from the notebook's previous module: [1, 10, 10]
 local pos_encoded_embeddings = attn.tensor { {
@@ -42,6 +45,7 @@ print(scores)
 
 local attention = scores:softmax(-1)
 print("Attention Weights:\n", attention)
+plots:weights("attention", attention[1], positions, nil, "Attention Weights")
 
 local output = attn.matmul(attention, values)
 print("attention weights:")

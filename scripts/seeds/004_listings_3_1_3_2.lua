@@ -1,8 +1,9 @@
 -- Port of shared/seeds/004_dcb765a032a3e11b.txt: book listings 3.1 and 3.2
 -- (SelfAttention_v1 and _v2) and exercise 3.1.
---   scripts/attn-lua scripts/seeds/004_listings_3_1_3_2.lua
+--   scripts/attn-lua scripts/seeds/004_listings_3_1_3_2.lua [--plots DIR]
 local attn = require "attn"
 local nn = attn.nn
+local plots = require("seed_plots").from_args(arg, "scripts/seeds/004_listings_3_1_3_2.lua")
 
 -- the six tokens of "Your journey starts with one step" (defined earlier in the book)
 local inputs = attn.tensor {
@@ -32,3 +33,4 @@ print("Exercise 3.1, SelfAttentionV1 with SelfAttentionV2's weights:")
 local out_v1, out_v2 = sa_v1(inputs), sa_v2(inputs)
 print(out_v1)
 print(string.format("max |v1 - v2| = %.3g", (out_v1 - out_v2):abs():max():item()))
+plots:none()
