@@ -5,6 +5,7 @@
 #   make install  PREFIX=/usr/local: standard Lua 5.4 paths (or INST_LIBDIR /
 #                 INST_LUADIR for the C and Lua module roots, as luarocks passes)
 #   make doc      LDoc HTML reference into doc/
+#   make static   build-static/: OpenBLAS linked in (to carry to a machine without it)
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -77,7 +78,7 @@ install: all
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-static
 
 # HTML reference docs from the LDoc comments (config.ld) into doc/ (lua-markdown
 # renders the README topic; without it LDoc shows it as plain text).
@@ -101,3 +102,14 @@ asan: deps
 	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/?.lua" \
 	   --cpath="$(ASAN_BUILD)/?.so"
 .PHONY: asan
+
+# The module with OpenBLAS linked in statically (Debian's DYNAMIC_ARCH build,
+# so OPENBLAS_CORETYPE still picks the kernel), for timing on a machine that
+# lacks the package: copy build-static/ and lua5.4 there and run
+# ATTN_BUILD=build-static scripts/attn-lua scripts/bench.lua.
+STATIC_BUILD = build-static
+static: deps
+	@$(MAKE) -s BUILD=$(STATIC_BUILD) \
+	  ALL_LDFLAGS="$(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete $(BLASDIR)/libopenblas.a -lgfortran -lm" \
+	  $(STATIC_BUILD)/attn/core.so $(LUASRC:lua/%=$(STATIC_BUILD)/%)
+.PHONY: static
