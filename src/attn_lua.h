@@ -52,6 +52,7 @@ void attnL_open_math(lua_State *L);
 void attnL_open_attention(lua_State *L);
 void attnL_open_rng(lua_State *L);
 void attnL_open_io(lua_State *L);
+void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);
 
 #endif

@@ -342,6 +342,50 @@ function Module:load_state_dict(d, strict)
   return {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}
 end
 
+--- Save the module's weights to a safetensors file: every state_dict() entry
+-- (parameters and persistent buffers, under PyTorch's state_dict keys such as
+-- "W_query.weight" and "mask"), as float32, names sorted. `metadata` is an
+-- optional table string -> string stored in the file's `__metadata__`.
+-- A torch module with the same structure loads the file with
+-- `load_state_dict` (see scripts/export_torch.py for the other direction).
+-- @param path file to write
+-- @param[opt] metadata table string -> string
+-- @return self
+function Module:save(path, metadata)
+  if type(path) ~= "string" then
+    fail(self, "save", "bad argument #1 'path' (expected a string, got %s)", type(path))
+  end
+  if metadata ~= nil and type(metadata) ~= "table" then
+    fail(self, "save", "bad argument #2 'metadata' (expected a table string -> string, got %s)", type(metadata))
+  end
+  local ok, err = pcall(core.save_safetensors, path, self:state_dict(), metadata)
+  if not ok then fail(self, "save", "%s", (tostring(err):gsub("^.-attn%.save_safetensors: ", ""))) end
+  return self
+end
+
+--- Load weights saved by `save` (or written from a PyTorch state_dict by
+-- scripts/export_torch.py) into this module, in place, through
+-- load_state_dict: with strict (default true) missing and unexpected keys are
+-- errors; a shape mismatch always is. Nothing is copied when there is an error.
+-- @param path a safetensors file
+-- @param[opt=true] strict
+-- @return the load_state_dict result ({missing_keys, unexpected_keys}) and the file's metadata table
+function Module:load(path, strict)
+  if type(path) ~= "string" then
+    fail(self, "load", "bad argument #1 'path' (expected a string, got %s)", type(path))
+  end
+  if strict ~= nil and type(strict) ~= "boolean" then
+    fail(self, "load", "bad argument #2 'strict' (expected boolean, got %s)", type(strict))
+  end
+  local ok, d, metadata = pcall(core.load_safetensors, path)
+  if not ok then fail(self, "load", "%s", (tostring(d):gsub("^.-attn%.load_safetensors: ", ""))) end
+  local okl, res = pcall(self.load_state_dict, self, d, strict)
+  if not okl then
+    fail(self, "load", "%s: %s", path, (tostring(res):gsub("^.-:load_state_dict: ", "")))
+  end
+  return res, metadata
+end
+
 --- Extra text inside the parentheses of tostring (like torch's extra_repr); "" by default.
 function Module:extra_repr() return "" end
 
