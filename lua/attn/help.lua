@@ -45,7 +45,8 @@ function M.parse(source, module)
     if lines[i]:match("^%-%-%-") and not lines[i]:match("^%-%-%-%-") then
       local text, tags = {}, {}
       local first = true
-      while i <= #lines and lines[i]:match("^%-%-") do
+      -- the block ends at the first non-comment line or at the next `---`
+      while i <= #lines and lines[i]:match("^%-%-") and (first or not lines[i]:match("^%-%-%-[^%-]")) do
         local body = first and lines[i]:gsub("^%-%-%-%s?", "") or lines[i]:gsub("^%-%-%s?", "")
         first = false
         local tag, value = body:match("^%s*@([%w_]+%[?[^%]%s]*%]?)%s*(.*)$")
