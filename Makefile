@@ -35,7 +35,7 @@ LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
 LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
 SO   := $(BUILD)/attn/core.so
 
-PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted gcc make
+PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make
 
 .PHONY: all test demo install clean deps doc
 all: deps $(SO) $(LUAOUT)

@@ -1,7 +1,7 @@
 --- attn.help: the doc of a public function or class, read from the same LDoc
 -- comments that `make doc` renders (one source of truth). Lua functions are
--- documented where they are defined; the C functions in lua/attn/doc_core.lua
--- and lua/attn/doc_tensor.lua (`@function` entries, no code).
+-- documented where they are defined; the C functions in lua/attn/ldoc_core.lua
+-- and lua/attn/ldoc_tensor.lua (`@function` entries, no code).
 --
 --    attn.help()                      -- the topics
 --    attn.help(attn.matmul)           -- by value
@@ -12,7 +12,7 @@ local M = {}
 -- The Lua files whose doc comments are read, as module names; every class
 -- file in attn/nn/ is added to these (see `source_files`).
 local MODULE_FILES = {
-  "attn", "attn.doc_core", "attn.doc_tensor", "attn.viz", "attn.format", "attn.progress", "attn.repl",
+  "attn", "attn.ldoc_core", "attn.ldoc_tensor", "attn.viz", "attn.format", "attn.progress", "attn.repl",
   "attn.help", "attn.nn",
 }
 
