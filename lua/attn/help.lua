@@ -92,7 +92,7 @@ local function list_dir(dir)
   if ok and lfs then
     for f in lfs.dir(dir) do names[#names + 1] = f end
   else
-    local p = io.popen('ls "' .. dir:gsub('"', '\\"') .. '" 2>/dev/null')
+    local p = io.popen("ls '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
     if p then
       for f in p:lines() do names[#names + 1] = f end
       p:close()
