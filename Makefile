@@ -36,7 +36,7 @@ LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
 LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
 SO   := $(BUILD)/attn/core.so
 
-PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted gcc make
+PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make
 
 .PHONY: all test demo install clean deps doc
 all: deps $(SO) $(LUAOUT)
@@ -83,7 +83,9 @@ clean:
 # HTML reference docs from the LDoc comments (config.ld) into doc/ (lua-markdown
 # renders the README topic; without it LDoc shows it as plain text).
 doc:
-	@command -v ldoc >/dev/null || { echo "attn: 'make doc' needs LDoc: sudo apt-get install lua-ldoc lua-markdown" >&2; exit 1; }
+	@command -v ldoc >/dev/null || { echo "attn: 'make doc' needs LDoc: sudo apt-get install lua-ldoc lua-markdown lua5.1" >&2; exit 1; }
+	@# Debian's ldoc runs under lua-any, which wants lua5.1 or lua5.2 (lua-ldoc does not always pull one in)
+	@command -v lua5.1 >/dev/null || command -v lua5.2 >/dev/null || { echo "attn: 'make doc' needs lua5.1 or lua5.2 for LDoc: sudo apt-get install lua5.1" >&2; exit 1; }
 	ldoc .
 
 # The whole spec suite with AddressSanitizer + UndefinedBehaviorSanitizer (and

@@ -32,7 +32,6 @@ end
 
 local threads = tonumber(os.getenv("OMP_NUM_THREADS") or "") or attn.blas_info().threads
 local core = attn.blas_info().core
-local tty = os.execute("test -t 2") == true
 
 local function json(t)
   local keys = {}
@@ -64,21 +63,22 @@ local function emit(t)
   io.flush()
 end
 
-local function progress(msg)
-  if tty then io.stderr:write("\r\27[K" .. msg) io.stderr:flush() end
-end
-
--- best of reps wall-clock milliseconds of fn()
-local function best_ms(fn, reps)
+-- best of reps wall-clock milliseconds of fn(); a progress line on stderr
+-- (a terminal only) counts the warm-up and the reps of this case
+local function best_ms(label, fn, reps)
+  local p = attn.progress(reps + 1, label)
   fn() -- warm-up
+  p:step()
   local best = math.huge
-  for r = 1, reps do
+  for _ = 1, reps do
     collectgarbage()
     local t0 = attn.clock()
     fn()
     local dt = (attn.clock() - t0) * 1000
     if dt < best then best = dt end
+    p:step()
   end
+  p:done()
   return best
 end
 
@@ -92,8 +92,7 @@ local function attention_case(name, b, h, n, e, causal, kernels)
   attn.manual_seed(0)
   local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
   for _, kernel in ipairs(kernels) do
-    progress(string.format("%s %s ...", name, kernel))
-    local ms = best_ms(function()
+    local ms = best_ms(name .. " " .. kernel, function()
       attn.scaled_dot_product_attention(q, k, v, { is_causal = causal, kernel = kernel })
     end, opts.reps)
     emit { case = name, kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = causal, ms = ms,
@@ -102,10 +101,9 @@ local function attention_case(name, b, h, n, e, causal, kernels)
 end
 
 if wanted("sgemm_peak") then
-  progress("sgemm_peak ...")
   local n = 2048
   local a, bm = attn.randn(n, n), attn.randn(n, n)
-  local ms = best_ms(function() attn.matmul(a, bm) end, opts.reps)
+  local ms = best_ms("sgemm_peak", function() attn.matmul(a, bm) end, opts.reps)
   emit { case = "sgemm_peak", kernel = "sgemm", b = 1, h = 1, lq = n, lk = n, e = n, causal = false, ms = ms,
          gflops = 2.0 * n * n * n / (ms * 1e6) }
 end
@@ -131,19 +129,17 @@ if wanted("C_causal") then
 end
 
 if wanted("mha") then
-  progress("mha ...")
   attn.manual_seed(0)
   local b, n, d, h = 4, 1024, 768, 12
   local m = attn.nn.MultiHeadAttention(d, d, n, 0.0, h)
   m:eval()
   local x = attn.randn(b, n, d)
-  local ms = best_ms(function() m(x) end, opts.reps)
+  local ms = best_ms("mha", function() m(x) end, opts.reps)
   emit { case = "mha", kernel = "module", b = b, h = h, lq = n, lk = n, e = d // h, causal = true, ms = ms,
          gflops = 4.0 * b * h * n * n * (d // h) / (ms * 1e6) }
 end
 
 if wanted("tiny") then
-  progress("tiny ...")
   local inputs = attn.rand(6, 3)
   local batch = attn.stack({ inputs, inputs }, 1)
   attn.manual_seed(123)
@@ -153,11 +149,10 @@ if wanted("tiny") then
   } do
     local m = spec[2]
     local calls = 20000
-    local us = best_ms(function()
+    local us = best_ms("tiny " .. spec[1], function()
       for _ = 1, calls do m(batch) end
     end, opts.reps) * 1000 / calls
     emit { case = "tiny", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
            ms = us / 1000, us_per_call = us }
   end
 end
-progress("")

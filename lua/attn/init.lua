@@ -56,18 +56,27 @@ function Tensor.view_as(t, other) return t:view(other:size()) end
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return t:expand(other:size()) end
 
---- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
 local format = require "attn.format"
+--- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
 attn.format = format.format
 attn.set_printoptions = format.set_printoptions
 attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t) return format.format(t) end
 
---- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...). The nn files
--- `require "attn"`: publish the table first so that require finds it.
+-- The nn files `require "attn"`: publish the table first so that require finds it.
 package.loaded["attn"] = attn
+--- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...).
 attn.nn = require "attn.nn"
 --- Attention heatmaps (SVG and terminal): see `attn.viz`.
 attn.viz = require "attn.viz"
+--- Prints the doc of a public function or class and returns it:
+-- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`; `attn.help()` lists the topics.
+-- @param[opt] what a public function or class, or its name
+attn.help = require("attn.help").help
+--- A progress line on stderr (count, rate, ETA) when stderr is a terminal:
+-- `local p = attn.progress(total, label)`, `p:step()`, `p:done()`.
+-- @param total the number of steps
+-- @param[opt] label text in front of the count
+attn.progress = require("attn.progress").new
 
 return attn

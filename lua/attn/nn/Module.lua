@@ -434,8 +434,9 @@ function Module.pyfloat(x)
   return s
 end
 
---- nn.ModuleList: a list of modules; m[i] is the i-th (1-based), named "i-1".
 local ModuleList = Module:extend("ModuleList")
+--- nn.ModuleList(list): a list of modules; m[i] is the i-th (1-based), named
+-- "i-1" as in PyTorch. `m:append(module)` adds one at the end.
 Module.ModuleList = ModuleList
 
 function ModuleList:init(list)

@@ -1,0 +1,322 @@
+--- The functions of `attn` written in C (src/lua_*.c): their docs, for
+-- `make doc` (LDoc) and `attn.help` alike. This file holds only comments;
+-- requiring it returns an empty table.
+-- @submodule attn
+
+--- A new tensor from a number (0-dim), a nested table of numbers (its nesting gives the shape;
+-- ragged tables are an error), or a copy of a tensor. `attn.tensor{{1, 2}, {3, 4}}` is [2, 2].
+-- @param data a number, a nested table of numbers, or a tensor
+-- @function tensor
+
+--- A tensor of zeros: `attn.zeros(2, 3)` == `attn.zeros{2, 3}`.
+-- @param ... sizes, as varargs or one table
+-- @function zeros
+
+--- A tensor of ones: `attn.ones(2, 3)` == `attn.ones{2, 3}`.
+-- @param ... sizes, as varargs or one table
+-- @function ones
+
+--- A tensor of the given shape whose values are unspecified (for code that writes every
+-- element).
+-- @param ... sizes, as varargs or one table
+-- @function empty
+
+--- A tensor of the given shape filled with `v`: `attn.full({2, 3}, 7)`.
+-- @param size a table of sizes, or one number
+-- @param v the value
+-- @function full
+
+--- The identity matrix [n, m] (m defaults to n): ones on the diagonal.
+-- @param n rows
+-- @param[opt] m columns
+-- @function eye
+
+--- As torch.arange: the 1-D tensor start, start + step, ... below stop: `arange(5)` is 0..4,
+-- `arange(1, 2, 0.25)` is 1, 1.25, 1.5, 1.75.
+-- @param[opt=0] start
+-- @param stop
+-- @param[opt=1] step (nonzero)
+-- @function arange
+
+--- Joins a list of tensors along an existing dim: every shape must match except in `dim`.
+-- @param list a table of tensors
+-- @param[opt=1] dim 1-based, negative from the end
+-- @function cat
+
+--- Joins a list of same-shape tensors along a new dim `dim`: `attn.stack({a, b}, 1)` is [2,
+-- ...].
+-- @param list a table of tensors
+-- @param[opt=1] dim 1-based, negative from the end
+-- @function stack
+
+--- Uniform [0, 1) samples from the default generator, bit for bit torch.rand's after the same
+-- attn.manual_seed.
+-- @param ... sizes, as varargs or one table
+-- @function rand
+
+--- Standard normal samples from the default generator, bit for bit torch.randn's after the same
+-- attn.manual_seed.
+-- @param ... sizes, as varargs or one table
+-- @function randn
+
+--- Seeds the default generator (PyTorch's mt19937 CPU generator): afterwards rand, randn,
+-- uniform_, normal_, dropout and nn constructors draw the same numbers as PyTorch after
+-- torch.manual_seed(seed).
+-- @param seed an integer
+-- @function manual_seed
+
+--- The seed last given to attn.manual_seed (as torch.initial_seed).
+-- @return an integer
+-- @function initial_seed
+
+--- The default generator's state as a string, for attn.set_rng_state.
+-- @return a string
+-- @function get_rng_state
+
+--- Restores the default generator to a state from attn.get_rng_state.
+-- @param state a string from attn.get_rng_state
+-- @function set_rng_state
+
+--- n raw 32-bit draws of the default generator as a list of integers (for tests and for
+-- checking ports against torch.randint streams).
+-- @param n 0 <= n <= 16777216
+-- @function rng_raw_u32
+
+--- As torch.nn.functional.dropout: zeroes each element with probability p and scales the rest
+-- by 1/(1-p); the mask is drawn as PyTorch's MKL builds do (the one that reproduces the
+-- notebooks). With training = false, t itself.
+-- @param t tensor
+-- @param p probability in [0, 1]
+-- @param[opt=true] training
+-- @function dropout
+
+--- a + b elementwise, with PyTorch broadcasting; either may be a number. Also `a + b` and
+-- `t:add(b)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function add
+
+--- a - b elementwise, with PyTorch broadcasting. Also `a - b` and `t:sub(b)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function sub
+
+--- a * b elementwise (not matmul), with PyTorch broadcasting. Also `a * b` and `t:mul(b)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function mul
+
+--- a / b elementwise, with PyTorch broadcasting. Also `a / b` and `t:div(b)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function div
+
+--- a ^ b elementwise, with PyTorch broadcasting. Also `a ^ b` and `t:pow(b)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function pow
+
+--- The elementwise maximum of a and b (broadcasting); NaN wins, as in torch.maximum.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function maximum
+
+--- The elementwise minimum of a and b (broadcasting); NaN wins, as in torch.minimum.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @function minimum
+
+--- 1 where a == b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function eq
+
+--- 1 where a ~= b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function ne
+
+--- 1 where a > b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function gt
+
+--- 1 where a < b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function lt
+
+--- 1 where a >= b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function ge
+
+--- 1 where a <= b, else 0 (a float tensor; broadcasting).
+-- @param a tensor
+-- @param b tensor or number
+-- @function le
+
+--- -t elementwise (also unary `-t`).
+-- @param t tensor
+-- @function neg
+
+--- e^t elementwise.
+-- @param t tensor
+-- @function exp
+
+--- The natural logarithm of t elementwise (-inf at 0, NaN below).
+-- @param t tensor
+-- @function log
+
+--- The square root of t elementwise (NaN below 0).
+-- @param t tensor
+-- @function sqrt
+
+--- tanh(t) elementwise.
+-- @param t tensor
+-- @function tanh
+
+--- |t| elementwise.
+-- @param t tensor
+-- @function abs
+
+--- 1 / (1 + e^-t) elementwise.
+-- @param t tensor
+-- @function sigmoid
+
+--- max(t, 0) elementwise.
+-- @param t tensor
+-- @function relu
+
+--- 1 / t elementwise.
+-- @param t tensor
+-- @function reciprocal
+
+--- 1 where t is nonzero (NaN included), else 0: a mask as a float tensor.
+-- @param t tensor
+-- @function bool
+
+--- A copy of t with `value` wherever mask (broadcast to t's shape) is nonzero:
+-- `scores:masked_fill(mask, -math.huge)`.
+-- @param t tensor
+-- @param mask tensor, nonzero = fill
+-- @param value a number
+-- @function masked_fill
+
+--- The upper triangle of the last two dims of t (elements with col - row >= k), zeros below:
+-- `attn.triu(attn.ones(4, 4), 1)` is a causal mask.
+-- @param t tensor with at least 2 dims
+-- @param[opt=0] k the diagonal
+-- @function triu
+
+--- The lower triangle of the last two dims of t (elements with col - row <= k), zeros above.
+-- @param t tensor with at least 2 dims
+-- @param[opt=0] k the diagonal
+-- @function tril
+
+--- The sum of all elements (a 0-dim tensor), or along dim (dropped unless keepdim).
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function sum
+
+--- The mean of all elements (a 0-dim tensor), or along dim (dropped unless keepdim).
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function mean
+
+--- The largest element (a 0-dim tensor); with dim, two tensors: the values and their 1-based
+-- indices along dim.
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function max
+
+--- The smallest element (a 0-dim tensor); with dim, two tensors: the values and their 1-based
+-- indices along dim.
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function min
+
+--- The 1-based index of the largest element (of the flattened tensor, or along dim).
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function argmax
+
+--- The 1-based index of the smallest element (of the flattened tensor, or along dim).
+-- @param t tensor
+-- @param[opt] dim
+-- @param[opt=false] keepdim
+-- @function argmin
+
+--- softmax along dim (required), computed stably; a row of -inf gives NaN, as in PyTorch.
+-- @param t tensor
+-- @param dim 1-based, negative from the end
+-- @function softmax
+
+--- log(softmax(t, dim)), computed stably.
+-- @param t tensor
+-- @param dim 1-based, negative from the end
+-- @function log_softmax
+
+--- True when a and b have the same shape and the same values (as torch.equal).
+-- @param a tensor
+-- @param b tensor
+-- @function equal
+
+--- The matrix product with torch.matmul's rules: 1-D x 1-D is a dot product, 2-D x 2-D a matrix
+-- product (OpenBLAS sgemm), higher dims are batches whose leading dims broadcast. Mismatched
+-- inner sizes are an error naming both shapes.
+-- @param a tensor
+-- @param b tensor
+-- @function matmul
+
+--- The dot product of two 1-D tensors of the same size (a 0-dim tensor).
+-- @param a 1-D tensor
+-- @param b 1-D tensor
+-- @function dot
+
+--- softmax(q k^T * scale + bias, masked) v, by a C kernel over the leading (batch, head) dims.
+-- q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev]; leading dims broadcast. A query row whose
+-- keys are all hidden gives zeros, never NaN. Returns out [..., Lq, Ev] and, with
+-- need_weights, the weights [..., Lq, Lk].
+-- @param q tensor
+-- @param k tensor
+-- @param v tensor
+-- @param[opt] opts table: `mask` (nonzero = hidden), `bias`, `is_causal`, `scale` (default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash")
+-- @function scaled_dot_product_attention
+
+--- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
+-- [n, d] or [..., n, d].
+-- @param x tensor
+-- @function simple_attention
+
+--- Writes t to a NumPy .npy file (float32, C order).
+-- @param t tensor
+-- @param path a string
+-- @function save
+
+--- Reads a NumPy .npy file ('<f4', or '<f8' converted to float32) as a tensor.
+-- @param path a string
+-- @function load
+
+--- Seconds of a monotonic clock (CLOCK_MONOTONIC), for timing.
+-- @return a number
+-- @function clock
+
+--- The process's peak resident set size, in MiB.
+-- @return a number
+-- @function peak_rss_mb
+
+--- True when file descriptor fd (0 stdin, 1 stdout, 2 stderr) is a terminal.
+-- @param fd an integer
+-- @function isatty
+
+--- The BLAS in use: a table with `core` (OpenBLAS's CPU core name) and `threads`.
+-- @return a table
+-- @function blas_info
+
+return {}

@@ -1,0 +1,140 @@
+--- The attn REPL (`scripts/attn-lua` with no arguments): Lua 5.4 with `attn`
+-- and `nn` loaded. An expression prints its values (tensors as PyTorch prints
+-- them); a statement runs; an incomplete chunk continues on a `>>` line; an
+-- error prints only its message. On a terminal, lines are edited with GNU
+-- readline (Debian's lua-readline) when it is installed, with the history in
+-- `~/.attn_history` (or `$ATTN_HISTORY`); otherwise lines are read plainly.
+-- Ctrl-D quits.
+-- @module attn.repl
+local M = {}
+
+M.BANNER = "attn REPL (" .. _VERSION .. "): attn and nn are loaded. attn.help() lists the topics,"
+  .. " attn.help(attn.matmul) explains one. Ctrl-D quits."
+
+-- "stdin:3: attn.allclose: ..." -> "attn.allclose: ..." (the chunk is what was
+-- just typed: its name and line say nothing)
+local function clean_message(msg)
+  if type(msg) ~= "string" then
+    local mt = getmetatable(msg)
+    if mt and mt.__tostring then return tostring(msg) end
+    return "(error object is a " .. type(msg) .. " value)"
+  end
+  return (msg:gsub("^stdin:%d+: ", ""))
+end
+
+-- A short rendering of a plain table: sequences of at most 20 numbers,
+-- strings or booleans as {2, 3}; anything else as tostring does.
+local function show_table(t)
+  if getmetatable(t) ~= nil then return tostring(t) end
+  local n = #t
+  if n == 0 or n > 20 then return tostring(t) end
+  local count = 0
+  for _ in pairs(t) do count = count + 1 end
+  if count ~= n then return tostring(t) end
+  local parts = {}
+  for i = 1, n do
+    local v = t[i]
+    if type(v) == "string" then parts[i] = string.format("%q", v)
+    elseif type(v) == "number" or type(v) == "boolean" then parts[i] = tostring(v)
+    else return tostring(t) end
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+--- The text a REPL prints for the values of an expression: each value as
+-- tostring gives it (tensors in PyTorch's format, short lists as {1, 2}),
+-- separated by tabs; nil when there are none.
+-- @param n the number of values
+-- @param ... the values
+function M.show(n, ...)
+  if n == 0 then return nil end
+  local parts = {}
+  for i = 1, n do
+    local v = select(i, ...)
+    if type(v) == "table" then parts[i] = show_table(v) else parts[i] = tostring(v) end
+  end
+  return table.concat(parts, "\t")
+end
+
+--- Compile one chunk of input as lua.c does: first as `return <chunk>` (an
+-- expression), else as statements. Returns the function, or nil and
+-- "incomplete" (the chunk needs more lines), or nil and the syntax error.
+-- @param chunk the lines typed so far, joined by newlines
+-- @param env the environment of the chunk
+function M.compile(chunk, env)
+  local fn, experr = load("return " .. chunk, "=stdin", "t", env)
+  if fn then return fn end
+  local err
+  fn, err = load(chunk, "=stdin", "t", env)
+  if fn then return fn end
+  -- "x = {1," and also "1 +" (an unfinished expression, which lua.c rejects)
+  if err:sub(-5) == "<eof>" or experr:sub(-5) == "<eof>" then return nil, "incomplete" end
+  return nil, err
+end
+
+--- Read-eval-print until `read` returns nil.
+-- @param io_ table: `read(prompt)` (a line without its newline, or nil at the
+-- end), `write(text)`, `env` (the globals of the chunks)
+function M.loop(io_)
+  local read, write, env = io_.read, io_.write, io_.env
+  while true do
+    local line = read("> ")
+    if line == nil then return end
+    local chunk = line
+    local fn, err = M.compile(chunk, env)
+    while not fn and err == "incomplete" do
+      local more = read(">> ")
+      if more == nil then return end
+      chunk = chunk .. "\n" .. more
+      fn, err = M.compile(chunk, env)
+    end
+    if not fn then
+      write("error: " .. clean_message(err) .. "\n")
+    else
+      local res = table.pack(pcall(fn))
+      if not res[1] then
+        write("error: " .. clean_message(res[2]) .. "\n")
+      else
+        local text = M.show(res.n - 1, table.unpack(res, 2, res.n))
+        if text then write(text .. "\n") end
+      end
+    end
+  end
+end
+
+-- The line reader: GNU readline with history on a terminal when lua-readline
+-- loads, else io.read (prompts only on a terminal, so piped output is just
+-- the results). Returns read(prompt) and a function to call at the end.
+local function make_reader(interactive)
+  if interactive then
+    local ok, RL = pcall(require, "readline")
+    if ok and type(RL) == "table" and RL.readline then
+      local histfile = os.getenv("ATTN_HISTORY") or "~/.attn_history"
+      RL.set_options { histfile = histfile, keeplines = 1000, completion = false }
+      RL.set_readline_name("attn")
+      return function(prompt) return RL.readline(prompt) end, function() RL.save_history() end
+    end
+  end
+  return function(prompt)
+    if interactive then io.stdout:write(prompt) io.stdout:flush() end
+    return io.read("l")
+  end, function() end
+end
+
+--- Runs the REPL on stdin/stdout with `attn` and `nn` as globals.
+function M.main()
+  local attn = require "attn"
+  _G.attn, _G.nn = attn, attn.nn
+  local interactive = attn.isatty(0)
+  local read, finish = make_reader(interactive)
+  io.stdout:write(M.BANNER, "\n")
+  M.loop {
+    read = read,
+    write = function(s) io.stdout:write(s) io.stdout:flush() end,
+    env = _G,
+  }
+  if interactive then io.stdout:write("\n") end
+  finish()
+end
+
+return M

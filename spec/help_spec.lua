@@ -1,0 +1,151 @@
+-- attn.help: every public name has a doc, read from the LDoc comments.
+local attn = require "attn"
+local help = require "attn.help"
+
+local function quietly(fn, ...)
+  local saved = _G.print
+  local printed = {}
+  _G.print = function(...) printed[#printed + 1] = table.concat({ ... }, "\t") end
+  local res = table.pack(pcall(fn, ...))
+  _G.print = saved
+  assert(res[1], res[2])
+  return res[2], table.concat(printed, "\n")
+end
+
+local function err_of(fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "no error")
+  return tostring(err)
+end
+
+-- the class files in lua/attn/nn/ (capitalised names), listed here
+-- independently of attn.help's own listing
+local function class_files()
+  local names = {}
+  local p = assert(io.popen("ls lua/attn/nn"))
+  for f in p:lines() do
+    local name = f:match("^(%u[%w_]*)%.lua$")
+    if name then names[#names + 1] = name end
+  end
+  p:close()
+  assert.is_true(#names >= 9)
+  return names
+end
+
+describe("every public name has a doc", function()
+  local function undocumented(prefix, t, want_type)
+    local missing = {}
+    for name, v in pairs(t) do
+      if type(name) == "string" and not name:match("^_") and (want_type == nil or type(v) == want_type) then
+        local ok = pcall(help.text, prefix .. name)
+        if not ok then missing[#missing + 1] = prefix .. name end
+      end
+    end
+    table.sort(missing)
+    return table.concat(missing, ", ")
+  end
+
+  it("every attn function and table", function()
+    assert.are.equal("", undocumented("", attn))
+  end)
+
+  it("every tensor method", function()
+    assert.are.equal("", undocumented("Tensor.", attn.Tensor))
+  end)
+
+  it("every attn.viz function", function()
+    assert.are.equal("", undocumented("viz.", attn.viz, "function"))
+  end)
+
+  it("every nn class (one per lua/attn/nn/NAME.lua) and nn.ModuleList", function()
+    local missing = {}
+    for _, name in ipairs(class_files()) do
+      assert.is_table(attn.nn[name], name)
+      if not pcall(help.text, "nn." .. name) then missing[#missing + 1] = name end
+    end
+    assert.are.equal("", table.concat(missing, ", "))
+    assert.are.equal("", undocumented("nn.", attn.nn))
+  end)
+end)
+
+describe("attn.help", function()
+  it("prints the doc of a C function by value and by name, from lua/attn/ldoc_core.lua", function()
+    local text, printed = quietly(attn.help, attn.matmul)
+    assert.are.equal(text, printed)
+    assert.are.equal(text, (quietly(attn.help, "matmul")))
+    assert.are.equal(text, (quietly(attn.help, "attn.matmul")))
+    assert.is_truthy(text:find("^attn%.matmul\nThe matrix product with torch%.matmul's rules"), text)
+    local f = assert(io.open("lua/attn/ldoc_core.lua"))
+    local src = f:read("a")
+    f:close()
+    assert.is_truthy(src:find("--- The matrix product with torch.matmul's rules", 1, true))
+  end)
+
+  it("prints a class's doc from its @classmod comment", function()
+    local text = quietly(attn.help, attn.nn.MultiHeadAttention)
+    assert.is_truthy(text:find("^attn%.nn%.MultiHeadAttention\nattn%.nn%.MultiHeadAttention%(d_in, d_out"), text)
+    assert.are.equal(quietly(attn.help, "nn.Linear"), quietly(attn.help, attn.nn.Linear))
+  end)
+
+  it("documents a Lua function from the comment above its definition, with its parameters", function()
+    local text = quietly(attn.help, attn.allclose)
+    assert.are.equal("attn.allclose\n`|a - b| <= atol + rtol * |b|` everywhere (broadcasting), NaN never close.\n"
+      .. "  a tensor\n  b tensor\n  rtol (optional, default 1e-5)\n  atol (optional, default 1e-8)", text)
+  end)
+
+  it("finds tensor methods as Tensor.name, Tensor:name and t:name; shared ones under attn", function()
+    local view = quietly(attn.help, "Tensor.view")
+    assert.is_truthy(view:find("^attn%.Tensor%.view\nA view with a new shape"), view)
+    assert.are.equal(view, (quietly(attn.help, "t:view")))
+    assert.are.equal(view, (quietly(attn.help, attn.Tensor.view)))
+    assert.are.equal(quietly(attn.help, "add"), quietly(attn.help, "Tensor:add"))
+  end)
+
+  it("lists the topics when called without an argument", function()
+    local text = quietly(attn.help)
+    for _, piece in ipairs({ "attn functions:", " matmul ", "tensor methods", " view ", "nn classes:",
+                             " MultiHeadAttention ", "attn.viz:", " heatmap " }) do
+      assert.is_truthy(text:find(piece, 1, true), piece)
+    end
+  end)
+
+  it("suggests close names for an unknown one", function()
+    assert.are.equal("attn.help: no doc for 'matmull'; did you mean matmul, mul?", err_of(attn.help, "matmull"))
+    assert.are.equal("attn.help: no doc for 'nn.Lnear'; did you mean nn.Linear?", err_of(attn.help, "nn.Lnear"))
+    assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", err_of(attn.help, "qqqqqqq"))
+  end)
+
+  it("refuses values that are not public attn functions or classes", function()
+    assert.is_truthy(err_of(attn.help, print):find(
+      "attn.help: bad argument #1 (expected a public attn function or class, or its name; got a function", 1, true))
+    assert.is_truthy(err_of(attn.help, 42):find("got number)", 1, true))
+  end)
+end)
+
+describe("attn.help.parse", function()
+  it("reads module, @function and definition blocks as LDoc does", function()
+    local docs = help.parse(table.concat({
+      "--- The module.",
+      "-- @module demo",
+      "local demo = {}",
+      "--- Adds.",
+      "-- @param a first",
+      "-- @param[opt=2] b second",
+      "-- @return the sum",
+      "function demo.add(a, b) end",
+      "-- not a doc comment",
+      "function demo.hidden() end",
+      "--- From C.",
+      "-- @function Tensor:view",
+      "--- A field.",
+      "demo.x = 1",
+      "---- a ruler, not a doc",
+    }, "\n"))
+    assert.are.same({
+      { name = "demo", text = "The module." },
+      { name = "demo.add", text = "Adds.\n  a first\n  b (optional, default 2) second\n  returns the sum" },
+      { name = "demo.Tensor.view", text = "From C." },
+      { name = "demo.x", text = "A field." },
+    }, docs)
+  end)
+end)
