@@ -199,7 +199,7 @@ local function check_opts(opts)
   return merge_opts("attn.format", opts, M.defaults, 4)
 end
 
---- Set the print options every later `tostring(t)` uses, as
+-- Set the print options (attn.set_printoptions, documented in init.lua) every later `tostring(t)` uses, as
 -- `torch.set_printoptions`: any of `precision`, `threshold`, `edgeitems`,
 -- `linewidth`, `sci_mode` and `profile` ("default", "short", "full"; applied
 -- first, then the other fields). As in PyTorch, `sci_mode` is always set:
@@ -214,7 +214,7 @@ function M.set_printoptions(opts)
   M.defaults = o
 end
 
---- A copy of the current print options (the fields `set_printoptions` takes).
+-- A copy of the current print options (the fields `set_printoptions` takes).
 -- @return table
 function M.get_printoptions()
   local o = {}

@@ -59,7 +59,15 @@ function Tensor.expand_as(t, other) return t:expand(other:size()) end
 local format = require "attn.format"
 --- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
 attn.format = format.format
+--- Set the print options every later `tostring(t)` uses, as
+-- `torch.set_printoptions`: a table with any of `precision` (4), `threshold`
+-- (1000), `edgeitems` (3), `linewidth` (80), `sci_mode` (nil: automatic) and
+-- `profile` ("default", "short" or "full", applied before the other fields).
+-- As in PyTorch, leaving `sci_mode` out sets it back to automatic.
+-- @param opts table
 attn.set_printoptions = format.set_printoptions
+--- A copy of the current print options (the fields `set_printoptions` takes).
+-- @return table
 attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t) return format.format(t) end
 

@@ -303,6 +303,20 @@
 -- @param path a string
 -- @function load
 
+--- Writes tensors to a safetensors file (8-byte header length, JSON header, raw little-endian
+-- F32 data), names in byte order, as the Python library does; module weights use `m:save(path)`.
+-- @param path a string
+-- @param tensors a table name -> tensor
+-- @param[opt] metadata a table of string -> string, stored as `__metadata__`
+-- @function save_safetensors
+
+--- Reads a safetensors file: a table name -> tensor, and the `__metadata__` table. F32 is read
+-- as is; F64, F16 and BF16 are converted to float32; other dtypes, truncated or corrupt files
+-- are errors naming the file and what is wrong.
+-- @param path a string
+-- @return tensors, metadata
+-- @function load_safetensors
+
 --- Seconds of a monotonic clock (CLOCK_MONOTONIC), for timing.
 -- @return a number
 -- @function clock
