@@ -8,9 +8,9 @@
  *    sum in double, one reciprocal, dropout factors by element index). No
  *    BLAS call and no OpenMP region: at this size their fixed costs (and an
  *    OpenMP team waking up on a loaded machine) are the whole call.
- *  - everything else: one sgemm per projection written straight into a
- *    [B*n, 3*d_out] Q|K|V buffer (the heads are strided views of it, no
- *    copy), the attention kernel kernel = "auto" would pick, and out_proj. */
+ *  - everything else: one sgemm per projection (the heads are strided views
+ *    of its output, no copy), the attention kernel that kernel = "auto"
+ *    would pick, one transpose of the context and out_proj. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -140,33 +140,38 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
   }
 }
 
-/* A [B, h, n, hd] view of one of Q, K, V in the [B*n, 3*d_out] buffer. */
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
 static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
   attn_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
   t.ndim = 4;
   t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
-  t.stride[0] = n * 3 * h * hd, t.stride[1] = hd, t.stride[2] = 3 * h * hd, t.stride[3] = 1;
+  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
   return t;
 }
 
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
                                 int64_t n, int64_t d_in, int64_t d_out) {
   int64_t h = m->heads, hd = d_out / h, rows = nb * n;
-  /* Q|K|V [rows, 3*d_out]; ctx [B, h, n, hd] unless it can be the output
-   * itself; its [B, n, h*hd] transpose when out_proj follows several heads */
-  int need_ctx = m->wo || h > 1, need_ct = m->wo && h > 1;
-  size_t floats = (size_t)rows * (size_t)d_out * (size_t)(3 + need_ctx + need_ct);
-  float *qkv = malloc(floats * sizeof(float));
-  if (!qkv) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", floats * sizeof(float));
-  linear_blas(x->data, rows, d_in, m->wq, m->bq, qkv, 3 * d_out, d_out);
-  linear_blas(x->data, rows, d_in, m->wk, m->bk, qkv + d_out, 3 * d_out, d_out);
-  linear_blas(x->data, rows, d_in, m->wv, m->bv, qkv + 2 * d_out, 3 * d_out, d_out);
+  /* Q, K, V [rows, d_out] each; ctx [B, h, n, hd] unless it can be the
+   * output itself; its [B, n, h*hd] transpose (for out_proj) goes over Q.
+   * Separate blocks of one activation's size: glibc serves blocks up to its
+   * mmap threshold (32 MiB at most) from the heap once one was freed, where
+   * one block of them all would be a fresh mmap, page faults and all, per call. */
+  int need_ctx = m->wo || h > 1;
+  size_t bytes = (size_t)rows * (size_t)d_out * sizeof(float);
+  float *qp = malloc(bytes), *kp = malloc(bytes), *vp = malloc(bytes), *ctx = need_ctx ? malloc(bytes) : out->data;
+  if (!qp || !kp || !vp || !ctx) {
+    free(qp), free(kp), free(vp);
+    if (need_ctx) free(ctx);
+    return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+  }
+  linear_blas(x->data, rows, d_in, m->wq, m->bq, qp, d_out, d_out);
+  linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
+  linear_blas(x->data, rows, d_in, m->wv, m->bv, vp, d_out, d_out);
 
-  attn_tensor q = head_view(qkv, nb, n, h, hd), k = head_view(qkv + d_out, nb, n, h, hd),
-              v = head_view(qkv + 2 * d_out, nb, n, h, hd);
-  float *ctx = need_ctx ? qkv + rows * 3 * d_out : out->data;
+  attn_tensor q = head_view(qp, nb, n, h, hd), k = head_view(kp, nb, n, h, hd), v = head_view(vp, nb, n, h, hd);
   int64_t csize[4] = {nb, h, n, hd};
   attn_tensor c = attn_make(ctx, 4, csize);
   attn_sdpa_opts o = attn_sdpa_defaults();
@@ -179,7 +184,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   if (st == ATTN_OK) {
     float *ct = ctx;
     if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
-      ct = m->wo ? ctx + rows * d_out : out->data;
+      ct = m->wo ? qp : out->data; /* Q is spent */
 #pragma omp parallel for schedule(static) if (rows * d_out > PARALLEL_ELEMS)
       for (int64_t r = 0; r < rows; r++) {
         int64_t b = r / n, i = r % n;
@@ -189,7 +194,8 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
     }
     if (m->wo) linear_blas(ct, rows, d_out, m->wo, m->bo, out->data, d_out, d_out);
   }
-  free(qkv);
+  free(qp), free(kp), free(vp);
+  if (need_ctx) free(ctx);
   return st;
 }
 
