@@ -54,5 +54,7 @@ void attnL_open_rng(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);
+/* attn.core.modules: the fused module forwards (a table, not copied into attn). */
+void attnL_open_modules(lua_State *L);
 
 #endif

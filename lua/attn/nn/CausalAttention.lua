@@ -14,6 +14,7 @@ local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
+local fused_forward = require("attn.core").modules.attention_forward
 
 local CausalAttention = Module:extend("CausalAttention")
 
@@ -33,7 +34,26 @@ function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
 end
 
+--- x [..., n, d_in] (2 to 8 dims, n <= context_length) -> [..., n, d_out].
+-- One C call (attn.core.modules.attention_forward) when the children are the
+-- Linear and Dropout modules the constructor made; otherwise, and for any bad
+-- input (whose error the checks below raise), module by module.
 function CausalAttention:forward(x)
+  local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
+  if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(dropout) == Dropout then
+    local p = dropout.training and dropout.p or 0
+    if p < 1 then
+      local y = fused_forward(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,
+        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias)
+      if y then return y end
+    end
+  end
+  return self:forward_modules(x)
+end
+
+--- The forward module by module (the reference for the fused path).
+function CausalAttention:forward_modules(x)
   checks.input("CausalAttention", x, "x", self.d_in, 2, 8)
   checks.context("CausalAttention", x, self.context_length)
   local keys = self.W_key(x)

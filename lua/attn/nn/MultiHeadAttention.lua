@@ -15,6 +15,7 @@ local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
+local fused_forward = require("attn.core").modules.attention_forward
 
 local MHA = Module:extend("MultiHeadAttention")
 
@@ -43,7 +44,27 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
 end
 
+--- x [b, n, d_in] (n <= context_length) -> [b, n, d_out].
+-- One C call (attn.core.modules.attention_forward: projections, heads as
+-- strided views, attention, out_proj) when the children are the Linear and
+-- Dropout modules the constructor made; otherwise, and for any bad input
+-- (whose error the checks below raise), module by module.
 function MHA:forward(x)
+  local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
+  if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout then
+    local p = dropout.training and dropout.p or 0
+    if p < 1 then
+      local y = fused_forward(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
+        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias)
+      if y then return y end
+    end
+  end
+  return self:forward_modules(x)
+end
+
+--- The forward module by module (the reference for the fused path).
+function MHA:forward_modules(x)
   checks.input("MultiHeadAttention", x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   checks.context("MultiHeadAttention", x, self.context_length)

@@ -1,0 +1,246 @@
+/* Fused forward of the causal self-attention modules (see modules.h).
+ *
+ * Two paths with the numbers of the module-by-module Lua path:
+ *  - tiny problems (the notebooks' [2, 6, 3] batches): direct loops on the
+ *    calling thread. A Linear output is an FMA chain over d_in from 0 (as the
+ *    sgemm micro-kernel accumulates), then + bias; the attention rows follow
+ *    the math kernel (q scaled in float32, causal -inf, max-subtracted expf,
+ *    sum in double, one reciprocal, dropout factors by element index). No
+ *    BLAS call and no OpenMP region: at this size their fixed costs (and an
+ *    OpenMP team waking up on a loaded machine) are the whole call.
+ *  - everything else: one sgemm per projection (the heads are strided views
+ *    of its output, no copy), the attention kernel that kernel = "auto"
+ *    would pick, one transpose of the context and out_proj. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "flash.h"
+#include "modules.h"
+#include "rng.h"
+
+/* Multiply-adds up to which the direct loops beat sgemm's call overhead. */
+#define TINY_MACS 32768
+/* Floats of the on-stack scratch of the tiny path (16 KiB). */
+#define TINY_FLOATS 4096
+/* Elements above which an elementwise pass over a projection is threaded. */
+#define PARALLEL_ELEMS (1 << 16)
+
+/* ------------------------------------------------------------ tiny path */
+
+/* y[j*ldy] (j < nout) = x . w[j] (+ b[j]), w [nout, nin] with strides (sw0, sw1). */
+static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
+                       int64_t nout) {
+  int64_t sw0 = w->stride[0], sw1 = w->stride[1];
+  for (int64_t j = 0; j < nout; j++) {
+    const float *wj = w->data + j * sw0;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < nin; k++) acc = fmaf(x[k], wj[k * sw1], acc);
+    y[j] = b ? acc + b->data[j * b->stride[0]] : acc;
+  }
+}
+
+/* Softmax row of the math kernel (attention.c score_row) for a causal row i
+ * of slice bi: s [lk] in place, f [lk] scratch for dropout factors. */
+static void causal_softmax_row(const attn_self_attention *m, int64_t bi, int64_t lq, int64_t i, float *s, int64_t lk,
+                               float *f) {
+  for (int64_t j = i + 1; j < lk; j++) s[j] = -INFINITY;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < lk; j++) {
+    if (s[j] > mx || s[j] != s[j]) mx = s[j];
+    if (mx != mx) break;
+  }
+  if (mx == -INFINITY) {
+    memset(s, 0, (size_t)lk * sizeof(float));
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < lk; j++) {
+    float e = expf(s[j] - mx);
+    s[j] = e;
+    sum += (double)e;
+  }
+  float inv = (float)(1.0 / sum);
+  for (int64_t j = 0; j < lk; j++) s[j] *= inv;
+  if (m->dropout_p > 0.0) {
+    attn_dropout_factors(m->dropout_draw, m->dropout_p, (bi * lq + i) * lk, lk, f);
+    for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
+  }
+}
+
+static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has_out_proj) {
+  /* scratch: qkv [n, 3*d_out], ctx [n, d_out], s [n], f [n], qs [d_out] */
+  if (n > TINY_FLOATS || d_in > TINY_FLOATS || d_out > TINY_FLOATS) return 0;
+  if (n * 4 * d_out + 2 * n + d_out > TINY_FLOATS) return 0;
+  double macs = (double)nb * (double)n * ((double)d_in * 3.0 * (double)d_out + 2.0 * (double)n * (double)d_out +
+                                          (has_out_proj ? (double)d_out * (double)d_out : 0.0));
+  return macs <= TINY_MACS;
+}
+
+static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb, int64_t n,
+                         int64_t d_in, int64_t d_out) {
+  float buf[TINY_FLOATS];
+  int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;
+  float *qkv = buf, *ctx = qkv + n * w3, *s = ctx + n * d_out, *f = s + n, *qs = f + n;
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x->data + b * n * d_in;
+    float *ob = out->data + b * n * d_out;
+    for (int64_t i = 0; i < n; i++) {
+      linear_row(xb + i * d_in, d_in, m->wq, m->bq, qkv + i * w3, d_out);
+      linear_row(xb + i * d_in, d_in, m->wk, m->bk, qkv + i * w3 + d_out, d_out);
+      linear_row(xb + i * d_in, d_in, m->wv, m->bv, qkv + i * w3 + 2 * d_out, d_out);
+    }
+    float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
+    for (int64_t hh = 0; hh < h; hh++) {
+      int64_t bi = b * h + hh, col = hh * hd;
+      for (int64_t i = 0; i < n; i++) {
+        const float *qi = qkv + i * w3 + col;
+        for (int64_t d = 0; d < hd; d++) qs[d] = qi[d] * m->scale;
+        for (int64_t j = 0; j < n; j++) {
+          const float *kj = qkv + j * w3 + d_out + col;
+          float acc = 0.0f;
+          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+          s[j] = acc;
+        }
+        causal_softmax_row(m, bi, n, i, s, n, f);
+        float *ci = c + i * d_out + col;
+        for (int64_t d = 0; d < hd; d++) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], qkv[j * w3 + 2 * d_out + col + d], acc);
+          ci[d] = acc;
+        }
+      }
+    }
+    if (m->wo)
+      for (int64_t i = 0; i < n; i++) linear_row(ctx + i * d_out, d_out, m->wo, m->bo, ob + i * d_out, d_out);
+  }
+}
+
+/* ------------------------------------------------------------ BLAS path */
+
+/* y [rows, nout] (row stride ldy) = x [rows, nin] w^T (+ b): sgemm then a
+ * separate bias pass, as matmul followed by + bias rounds. */
+static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_tensor *w, const attn_tensor *b,
+                        float *y, int64_t ldy, int64_t nout) {
+  /* w [nout, nin] as w^T [nin, nout] for row-major BLAS (checked by the caller) */
+  CBLAS_TRANSPOSE tr = w->stride[1] == 1 ? CblasTrans : CblasNoTrans;
+  int64_t ldw = w->stride[1] == 1 ? w->stride[0] : w->stride[1];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (blasint)rows, (blasint)nout, (blasint)nin, 1.0f, x, (blasint)nin,
+              w->data, (blasint)ldw, 0.0f, y, (blasint)ldy);
+  if (!b) return;
+  const float *bd = b->data;
+  int64_t sb = b->stride[0];
+#pragma omp parallel for schedule(static) if (rows * nout > PARALLEL_ELEMS)
+  for (int64_t r = 0; r < rows; r++) {
+    float *yr = y + r * ldy;
+    for (int64_t j = 0; j < nout; j++) yr[j] = yr[j] + bd[j * sb];
+  }
+}
+
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
+static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
+  attn_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.ndim = 4;
+  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
+  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
+  return t;
+}
+
+static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
+                                int64_t n, int64_t d_in, int64_t d_out) {
+  int64_t h = m->heads, hd = d_out / h, rows = nb * n;
+  /* Q, K, V [rows, d_out] each; ctx [B, h, n, hd] unless it can be the
+   * output itself; its [B, n, h*hd] transpose (for out_proj) goes over Q.
+   * Separate blocks of one activation's size: glibc serves blocks up to its
+   * mmap threshold (32 MiB at most) from the heap once one was freed, where
+   * one block of them all would be a fresh mmap, page faults and all, per call. */
+  int need_ctx = m->wo || h > 1;
+  size_t bytes = (size_t)rows * (size_t)d_out * sizeof(float);
+  float *qp = malloc(bytes), *kp = malloc(bytes), *vp = malloc(bytes), *ctx = need_ctx ? malloc(bytes) : out->data;
+  if (!qp || !kp || !vp || !ctx) {
+    free(qp), free(kp), free(vp);
+    if (need_ctx) free(ctx);
+    return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+  }
+  linear_blas(x->data, rows, d_in, m->wq, m->bq, qp, d_out, d_out);
+  linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
+  linear_blas(x->data, rows, d_in, m->wv, m->bv, vp, d_out, d_out);
+
+  attn_tensor q = head_view(qp, nb, n, h, hd), k = head_view(kp, nb, n, h, hd), v = head_view(vp, nb, n, h, hd);
+  int64_t csize[4] = {nb, h, n, hd};
+  attn_tensor c = attn_make(ctx, 4, csize);
+  attn_sdpa_opts o = attn_sdpa_defaults();
+  o.scale = m->scale;
+  o.is_causal = 1;
+  o.dropout_p = m->dropout_p;
+  o.dropout_draw = m->dropout_draw;
+  attn_status st = attn_sdpa_prefer_flash(nb * h, n, n, hd, hd) ? attn_sdpa_flash(&q, &k, &v, &o, &c)
+                                                                  : attn_sdpa_math(&q, &k, &v, &o, &c, NULL);
+  if (st == ATTN_OK) {
+    float *ct = ctx;
+    if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
+      ct = m->wo ? qp : out->data; /* Q is spent */
+#pragma omp parallel for schedule(static) if (rows * d_out > PARALLEL_ELEMS)
+      for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r / n, i = r % n;
+        for (int64_t hh = 0; hh < h; hh++)
+          memcpy(ct + r * d_out + hh * hd, ctx + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
+      }
+    }
+    if (m->wo) linear_blas(ct, rows, d_out, m->wo, m->bo, out->data, d_out, d_out);
+  }
+  free(qp), free(kp), free(vp);
+  if (need_ctx) free(ctx);
+  return st;
+}
+
+/* ------------------------------------------------------------ entry */
+
+static int is_weight(const attn_tensor *w, int64_t rows, int64_t cols) {
+  if (!w || w->ndim != 2 || w->size[0] != rows || w->size[1] != cols || rows > INT_MAX || cols > INT_MAX) return 0;
+  /* row-major BLAS takes it with a transpose flag: one unit stride, the other >= its extent */
+  if (w->stride[1] == 1 && w->stride[0] >= (cols > 1 ? cols : 1)) return w->stride[0] <= INT_MAX;
+  if (w->stride[0] == 1 && w->stride[1] >= (rows > 1 ? rows : 1)) return w->stride[1] <= INT_MAX;
+  return 0;
+}
+
+static int is_bias(const attn_tensor *b, int64_t n) { return !b || (b->ndim == 1 && b->size[0] == n); }
+
+attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in) {
+  int64_t d_out = m->wq ? m->wq->size[0] : 0;
+  if (!is_weight(m->wq, d_out, d_in) || !is_weight(m->wk, d_out, d_in) || !is_weight(m->wv, d_out, d_in) ||
+      !is_bias(m->bq, d_out) || !is_bias(m->bk, d_out) || !is_bias(m->bv, d_out) ||
+      (m->wo && (!is_weight(m->wo, d_out, d_out) || !is_bias(m->bo, d_out))))
+    return attn_fail(ATTN_ESHAPE, "the weights must be [d_out, d_in] (out_proj [d_out, d_out]) and the biases [d_out]");
+  if (m->heads < 1 || d_out % m->heads != 0)
+    return attn_fail(ATTN_EARG, "d_out (%lld) must be divisible by heads (%lld)", (long long)d_out, (long long)m->heads);
+  if (!(m->dropout_p >= 0.0 && m->dropout_p < 1.0))
+    return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", m->dropout_p);
+  return ATTN_OK;
+}
+
+attn_status attn_self_attention_forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out) {
+  char b1[200];
+  if (x->ndim != 3 || !attn_is_contiguous(x))
+    return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
+  attn_status st = attn_self_attention_check(m, d_in);
+  if (st != ATTN_OK) return st;
+  int64_t d_out = m->wq->size[0];
+  if (out->ndim != 3 || !attn_is_contiguous(out) || out->size[0] != nb || out->size[1] != n || out->size[2] != d_out)
+    return attn_fail(ATTN_ESHAPE, "out must be a contiguous [B, n, d_out] tensor, got %s",
+                     attn_shape_str(out, b1, sizeof b1));
+  if (nb * n > INT_MAX || 3 * d_out > INT_MAX)
+    return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
+  if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    forward_tiny(m, x, out, nb, n, d_in, d_out);
+    return ATTN_OK;
+  }
+  return forward_blas(m, x, out, nb, n, d_in, d_out);
+}
