@@ -20,10 +20,10 @@
  * rows for the output): 12 accumulators, 12 FMAs per 2 loads + 6 broadcasts.
  *
  * The exponential is a vectorised polynomial (AVX2 + FMA builds): Cody-Waite
- * reduction x = n ln2 + r, |r| <= ln2 / 2, and Cephes' degree-7 minimax
- * polynomial for e^r. Measured against double exp over every float in
- * [-87.3, 0] (the kernel's arguments are <= 0): max relative error 1.8e-7
- * (under 2 ulp). Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0,
+ * reduction x = n ln2 + r, |r| <= ln2 / 2 (n from one FMA and a shifter), and
+ * Cephes' degree-7 minimax polynomial for e^r. Measured against double exp
+ * over every float in [-87.33, 0] (the kernel's arguments are <= 0): max
+ * relative error 1.18e-7 (about 1 ulp). Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0,
  * NaN stays NaN. Builds without AVX2/FMA use plain C loops and glibc's expf
  * (the same algorithm, other roundings: both pass the same specs).
  *
@@ -136,16 +136,20 @@ static void gemm_t(const float *a, int64_t kn, int64_t rows_p, const float *b, i
 /* ---------------------------------------------------------------- softmax */
 
 #ifdef FLASH_AVX2
+/* e^x for x <= 0, -inf or NaN (the kernel's arguments: a score minus its
+ * row's running max). n = round(x log2e) comes out of one FMA with the
+ * 1.5 * 2^23 shifter, whose low mantissa bits then hold n + 127, the biased
+ * exponent of 2^n. */
 static inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f); /* ln(2^-126) */
-  const __m256 hi = _mm256_set1_ps(88.37626f);
+  const __m256 lo = _mm256_set1_ps(-87.33654f);      /* ln(2^-126) */
+  const __m256 shifter = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 c1 = _mm256_set1_ps(0.693359375f);    /* ln2, high part (exact in n * c1) */
   const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f); /* ln2 - c1 */
-  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN */
-  __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* NaN passes through */
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, c1, xc);
+  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN; -inf too -> 0 */
+  __m256 t = _mm256_fmadd_ps(x, log2e, shifter);
+  __m256 n = _mm256_sub_ps(t, shifter);
+  __m256 r = _mm256_fnmadd_ps(n, c1, x);
   r = _mm256_fnmadd_ps(n, c2, r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
@@ -155,56 +159,51 @@ static inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(tiny, y);
+  __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
 }
 
-/* One online-softmax step for the 8 query rows at column g of st (bk keys,
+/* One online-softmax step for the 16 query rows at column g of st (bk keys,
  * ld BQ): running max m and sum l, st -> exp(st - m'), and the factor a that
  * rescales the rows' output so far. A NaN score makes its row NaN. */
-static void softmax_step8(float *st, int64_t bk, float *m, float *l, float *a) {
-  __m256 bm0 = _mm256_set1_ps(-INFINITY), bm1 = bm0, bad = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 2 <= bk; j += 2) {
-    __m256 s0 = _mm256_loadu_ps(st + j * BQ), s1 = _mm256_loadu_ps(st + (j + 1) * BQ);
+static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
+  const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY);
+  __m256 bm0 = ninf, bm1 = ninf, bad0 = _mm256_setzero_ps(), bad1 = bad0;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 s0 = _mm256_loadu_ps(st + j * BQ), s1 = _mm256_loadu_ps(st + j * BQ + 8);
     bm0 = _mm256_max_ps(bm0, s0);
     bm1 = _mm256_max_ps(bm1, s1);
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(s0, s1, _CMP_UNORD_Q));
+    bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(s0, s0, _CMP_UNORD_Q));
+    bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
   }
-  if (j < bk) {
-    __m256 s0 = _mm256_loadu_ps(st + j * BQ);
-    bm0 = _mm256_max_ps(bm0, s0);
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(s0, s0, _CMP_UNORD_Q));
-  }
-  const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY);
-  __m256 mold = _mm256_loadu_ps(m);
-  bad = _mm256_or_ps(bad, _mm256_cmp_ps(mold, mold, _CMP_UNORD_Q));
-  __m256 mnew = _mm256_blendv_ps(_mm256_max_ps(_mm256_max_ps(bm0, bm1), mold), nan, bad);
+  __m256 mold0 = _mm256_loadu_ps(m), mold1 = _mm256_loadu_ps(m + 8);
+  bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(mold0, mold0, _CMP_UNORD_Q));
+  bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(mold1, mold1, _CMP_UNORD_Q));
+  __m256 mnew0 = _mm256_blendv_ps(_mm256_max_ps(bm0, mold0), nan, bad0);
+  __m256 mnew1 = _mm256_blendv_ps(_mm256_max_ps(bm1, mold1), nan, bad1);
   /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
-  __m256 msub = _mm256_andnot_ps(_mm256_cmp_ps(mnew, ninf, _CMP_EQ_OQ), mnew);
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-  for (j = 0; j + 2 <= bk; j += 2) {
-    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ), msub));
-    __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * BQ), msub));
+  __m256 msub0 = _mm256_andnot_ps(_mm256_cmp_ps(mnew0, ninf, _CMP_EQ_OQ), mnew0);
+  __m256 msub1 = _mm256_andnot_ps(_mm256_cmp_ps(mnew1, ninf, _CMP_EQ_OQ), mnew1);
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ), msub0));
+    __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ + 8), msub1));
     _mm256_storeu_ps(st + j * BQ, p0);
-    _mm256_storeu_ps(st + (j + 1) * BQ, p1);
-    s0 = _mm256_add_ps(s0, p0);
-    s1 = _mm256_add_ps(s1, p1);
+    _mm256_storeu_ps(st + j * BQ + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
   }
-  if (j < bk) {
-    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ), msub));
-    _mm256_storeu_ps(st + j * BQ, p0);
-    s0 = _mm256_add_ps(s0, p0);
-  }
-  __m256 alpha = exp8(_mm256_sub_ps(mold, msub)); /* 0 where mold = -inf */
-  _mm256_storeu_ps(l, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l), alpha), _mm256_add_ps(s0, s1)));
-  _mm256_storeu_ps(m, mnew);
-  _mm256_storeu_ps(a, alpha);
+  __m256 a0 = exp8(_mm256_sub_ps(mold0, msub0)), a1 = exp8(_mm256_sub_ps(mold1, msub1)); /* 0 where mold = -inf */
+  _mm256_storeu_ps(l, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l), a0), sum0));
+  _mm256_storeu_ps(l + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + 8), a1), sum1));
+  _mm256_storeu_ps(m, mnew0);
+  _mm256_storeu_ps(m + 8, mnew1);
+  _mm256_storeu_ps(a, a0);
+  _mm256_storeu_ps(a + 8, a1);
 }
 #else
-static void softmax_step8(float *st, int64_t bk, float *m, float *l, float *a) {
-  for (int r = 0; r < 8; r++) {
+static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
+  for (int r = 0; r < 16; r++) {
     float bm = -INFINITY;
     int bad = m[r] != m[r];
     for (int64_t j = 0; j < bk; j++) {
@@ -310,8 +309,8 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
     if (c->causal && k0 + bk - 1 > r0) /* the block crosses the diagonal: row i keeps keys <= i */
       for (int64_t j = 0; j < bk; j++)
         for (int64_t i = 0; i < rows_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
-    /* online softmax, 8 rows at a time */
-    for (int64_t g = 0; g < rows_p; g += 8) softmax_step8(st + g, bk, mrow + g, lrow + g, arow + g);
+    /* online softmax, 16 rows at a time */
+    for (int64_t g = 0; g < rows_p; g += MR) softmax_step16(st + g, bk, mrow + g, lrow + g, arow + g);
     if (c->o->dropout_p > 0.0) {
       float *f = w + c->off_f;
       for (int64_t i = 0; i < rows; i++) {
