@@ -1,31 +1,40 @@
 /* Scaled dot-product attention, fused ("flash") kernel, FlashAttention-2
- * style. A work item is one (slice bi, block of at most BQ query rows):
- *   Qs = fl(q * scale)                          [R, E]   packed once per item
- *   m = -inf, l = 0, O = 0                      O is the item's rows of out
+ * style. A work item is one (slice bi, block of at most BQ query rows); its
+ * tiles are kept transposed (query rows along the vector lanes), so the
+ * online softmax is vectorised across rows and no K or V block is packed:
+ *   Qt = fl(q * scale)^T                        [E, BQ]   packed once per item
+ *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
  *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0:
- *     S = Qs K_blk^T                            [R, bk]  cblas_sgemm
- *     S += bias, hidden -> -inf; causal: only the block that crosses the
- *       diagonal is cut row by row (a row keeps its first i + 1 - k0 keys);
- *       blocks wholly above the diagonal are never visited
- *     m' = max(m, rowmax S); P = exp(S - m'); a = exp(m - m')
- *     l = a l + rowsum P; O = a O; O += P V_blk  (cblas_sgemm, beta = 1)
- *   O /= l (zeros where every key was hidden)
+ *     St = K_blk Qt                             [bk, BQ]  micro-kernel
+ *     St += bias^T, hidden -> -inf; causal: only blocks that cross the
+ *       diagonal are cut (row i keeps keys <= i); blocks wholly above the
+ *       diagonal are never visited
+ *     m' = max(m, colmax St); Pt = exp(St - m'); a = exp(m - m')
+ *     l = a l + colsum Pt; Ot = a Ot; Ot += V_blk^T Pt   micro-kernel
+ *   out = Ot^T / l (zeros where every key was hidden)
  *
- * The exponential is a vectorised polynomial (AVX2 + FMA, chosen at run time
- * with __builtin_cpu_supports; glibc's expf otherwise): Cody-Waite reduction
- * x = n ln2 + r, |r| <= ln2 / 2, and Cephes' degree-7 minimax polynomial for
- * e^r. Measured against double exp over every float in [-87.3, 0] (the
- * kernel's arguments are <= 0): max relative error 1.8e-7 (under 2 ulp).
- * Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0, NaN stays NaN.
+ * Both products go through one register-blocked micro-kernel,
+ *   C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc]   (r < 16, c < 6),
+ * A packed with the 16 query rows contiguous (two 8-float vectors), B read
+ * in place with any strides by scalar broadcasts (K rows for the scores, V
+ * rows for the output): 12 accumulators, 12 FMAs per 2 loads + 6 broadcasts.
+ *
+ * The exponential is a vectorised polynomial (AVX2 + FMA builds): Cody-Waite
+ * reduction x = n ln2 + r, |r| <= ln2 / 2 (n from one FMA and a shifter), and
+ * Cephes' degree-7 minimax polynomial for e^r. Measured against double exp
+ * over every float in [-87.33, 0] (the kernel's arguments are <= 0): max
+ * relative error 1.18e-7 (about 1 ulp). Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0,
+ * NaN stays NaN. Builds without AVX2/FMA use plain C loops and glibc's expf
+ * (the same algorithm, other roundings: both pass the same specs).
  *
  * Threads: items run in one OpenMP parallel for; each thread owns its output
- * rows and its scratch tile (allocated before the region); every cblas_sgemm
- * runs single-threaded inside the region (OpenBLAS's OpenMP build does that
- * by itself; omp_set_num_threads(1) covers a team of one). Tile sizes are
- * constants and the key blocks are visited in a fixed order: the bits of out
- * do not depend on the thread count. */
-#include <cblas.h>
+ * rows and its scratch tile (allocated before the region). Tile sizes are
+ * constants and every sum runs in a fixed order inside one item: the bits of
+ * out do not depend on the thread count. */
+#if defined(__AVX2__) && defined(__FMA__)
+#define FLASH_AVX2 1
 #include <immintrin.h>
+#endif
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
@@ -37,47 +46,110 @@
 
 #define BQ ATTN_FLASH_BQ
 #define BK ATTN_FLASH_BK
+#define MR 16 /* query rows of a micro-tile (two vectors of 8) */
+#define NR 6  /* keys (scores) or output columns (P V) of a micro-tile */
 
-/* ---------------------------------------------------------------- exp rows */
+#if BQ % MR != 0
+#error "ATTN_FLASH_BQ must be a multiple of 16"
+#endif
 
-/* Row kernels: max of s[0, n) (NaN if any is NaN, -inf if n == 0), and
- * s[j] = exp(s[j] - m) for j < n returning the sum of the new s[0, n). */
-typedef float (*row_max_fn)(const float *s, int64_t n);
-typedef float (*row_exp_fn)(float *s, int64_t n, float m);
+const char *attn_flash_exp_impl(void) {
+#ifdef FLASH_AVX2
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
 
-static float row_max_scalar(const float *s, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; j++)
-    if (s[j] > mx || s[j] != s[j]) {
-      mx = s[j];
-      if (mx != mx) break;
+/* ---------------------------------------------------------------- micro-kernel */
+
+/* C[c * ldc + r] (+)= sum_{k < kn} A[k * lda + r] * B[k * bsk + c * bsc] for
+ * r < 16, c < nc (nc <= NR); accumulate: add to C, else overwrite it. Always
+ * inlined with a constant nc, so the accumulators stay in registers. */
+#ifdef FLASH_AVX2
+static inline __attribute__((always_inline)) void tile(const float *a, int64_t lda, int64_t kn, const float *b,
+                                                       int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
+                                                       int accumulate) {
+  __m256 lo[NR], hi[NR];
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kn; k++) {
+    __m256 a0 = _mm256_loadu_ps(a + k * lda), a1 = _mm256_loadu_ps(a + k * lda + 8);
+    const float *bk = b + k * bsk;
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; j++) {
+      if (j >= nc) break;
+      __m256 bv = _mm256_broadcast_ss(bk + j * bsc);
+      lo[j] = _mm256_fmadd_ps(a0, bv, lo[j]);
+      hi[j] = _mm256_fmadd_ps(a1, bv, hi[j]);
     }
-  return mx;
-}
-
-static float row_exp_scalar(float *s, int64_t n, float m) {
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; j++) {
-    float x = expf(s[j] - m);
-    s[j] = x;
-    sum += x;
   }
-  return sum;
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; j++) {
+    if (j >= nc) break;
+    float *cj = c + j * ldc;
+    if (accumulate) {
+      lo[j] = _mm256_add_ps(_mm256_loadu_ps(cj), lo[j]);
+      hi[j] = _mm256_add_ps(_mm256_loadu_ps(cj + 8), hi[j]);
+    }
+    _mm256_storeu_ps(cj, lo[j]);
+    _mm256_storeu_ps(cj + 8, hi[j]);
+  }
+}
+#else
+static inline void tile(const float *a, int64_t lda, int64_t kn, const float *b, int64_t bsk, int64_t bsc, int nc,
+                        float *c, int64_t ldc, int accumulate) {
+  float acc[NR][MR];
+  memset(acc, 0, sizeof acc);
+  for (int64_t k = 0; k < kn; k++)
+    for (int j = 0; j < nc; j++) {
+      float bv = b[k * bsk + j * bsc];
+      for (int r = 0; r < MR; r++) acc[j][r] += a[k * lda + r] * bv;
+    }
+  for (int j = 0; j < nc; j++)
+    for (int r = 0; r < MR; r++) c[j * ldc + r] = accumulate ? c[j * ldc + r] + acc[j][r] : acc[j][r];
+}
+#endif
+
+/* C [n, rows_p] (ld BQ) (+)= B^T A over kn, for rows_p (a multiple of 16)
+ * query rows and n columns of B: the whole product in micro-tiles. */
+static void gemm_t(const float *a, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc, int64_t n,
+                   float *c, int accumulate) {
+  int64_t j = 0;
+  for (; j + NR <= n; j += NR)
+    for (int64_t r = 0; r < rows_p; r += MR)
+      tile(a + r, BQ, kn, b + j * bsc, bsk, bsc, NR, c + j * BQ + r, BQ, accumulate);
+  int rest = (int)(n - j);
+  for (int64_t r = 0; rest > 0 && r < rows_p; r += MR) {
+    const float *bj = b + j * bsc;
+    float *cj = c + j * BQ + r;
+    switch (rest) { /* a constant nc for each tail width */
+    case 1: tile(a + r, BQ, kn, bj, bsk, bsc, 1, cj, BQ, accumulate); break;
+    case 2: tile(a + r, BQ, kn, bj, bsk, bsc, 2, cj, BQ, accumulate); break;
+    case 3: tile(a + r, BQ, kn, bj, bsk, bsc, 3, cj, BQ, accumulate); break;
+    case 4: tile(a + r, BQ, kn, bj, bsk, bsc, 4, cj, BQ, accumulate); break;
+    default: tile(a + r, BQ, kn, bj, bsk, bsc, 5, cj, BQ, accumulate); break;
+    }
+  }
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define FLASH_X86 1
+/* ---------------------------------------------------------------- softmax */
 
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f); /* ln(2^-126) */
-  const __m256 hi = _mm256_set1_ps(88.37626f);
+#ifdef FLASH_AVX2
+/* e^x for x <= 0, -inf or NaN (the kernel's arguments: a score minus its
+ * row's running max). n = round(x log2e) comes out of one FMA with the
+ * 1.5 * 2^23 shifter, whose low mantissa bits then hold n + 127, the biased
+ * exponent of 2^n. */
+static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);      /* ln(2^-126) */
+  const __m256 shifter = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 c1 = _mm256_set1_ps(0.693359375f);    /* ln2, high part (exact in n * c1) */
   const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f); /* ln2 - c1 */
-  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN */
-  __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* NaN passes through */
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, c1, xc);
+  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN; -inf too -> 0 */
+  __m256 t = _mm256_fmadd_ps(x, log2e, shifter);
+  __m256 n = _mm256_sub_ps(t, shifter);
+  __m256 r = _mm256_fnmadd_ps(n, c1, x);
   r = _mm256_fnmadd_ps(n, c2, r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
@@ -87,78 +159,72 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(tiny, y);
+  __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
 }
 
-__attribute__((target("avx2,fma"))) static float hsum8(__m256 v) {
-  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_add_ss(a, _mm_movehdup_ps(a));
-  return _mm_cvtss_f32(a);
-}
-
-__attribute__((target("avx2,fma"))) static float row_max_avx2(const float *s, int64_t n) {
-  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, bad = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m256 a = _mm256_loadu_ps(s + j), b = _mm256_loadu_ps(s + j + 8);
-    m0 = _mm256_max_ps(m0, a);
-    m1 = _mm256_max_ps(m1, b);
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+/* One online-softmax step for the 16 query rows at column g of st (bk keys,
+ * ld BQ): running max m and sum l, st -> exp(st - m'), and the factor a that
+ * rescales the rows' output so far. A NaN score makes its row NaN. */
+static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
+  const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY);
+  __m256 bm0 = ninf, bm1 = ninf, bad0 = _mm256_setzero_ps(), bad1 = bad0;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 s0 = _mm256_loadu_ps(st + j * BQ), s1 = _mm256_loadu_ps(st + j * BQ + 8);
+    bm0 = _mm256_max_ps(bm0, s0);
+    bm1 = _mm256_max_ps(bm1, s1);
+    bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(s0, s0, _CMP_UNORD_Q));
+    bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
   }
-  m0 = _mm256_max_ps(m0, m1);
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  float mx = _mm_cvtss_f32(h);
-  if (_mm256_movemask_ps(bad)) return NAN;
-  for (; j < n; j++)
-    if (s[j] > mx || s[j] != s[j]) {
-      mx = s[j];
-      if (mx != mx) break;
-    }
-  return mx;
-}
-
-__attribute__((target("avx2,fma"))) static float row_exp_avx2(float *s, int64_t n, float m) {
-  const __m256 vm = _mm256_set1_ps(m);
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m256 a = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    __m256 b = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm));
-    _mm256_storeu_ps(s + j, a);
-    _mm256_storeu_ps(s + j + 8, b);
-    s0 = _mm256_add_ps(s0, a);
-    s1 = _mm256_add_ps(s1, b);
+  __m256 mold0 = _mm256_loadu_ps(m), mold1 = _mm256_loadu_ps(m + 8);
+  bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(mold0, mold0, _CMP_UNORD_Q));
+  bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(mold1, mold1, _CMP_UNORD_Q));
+  __m256 mnew0 = _mm256_blendv_ps(_mm256_max_ps(bm0, mold0), nan, bad0);
+  __m256 mnew1 = _mm256_blendv_ps(_mm256_max_ps(bm1, mold1), nan, bad1);
+  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
+  __m256 msub0 = _mm256_andnot_ps(_mm256_cmp_ps(mnew0, ninf, _CMP_EQ_OQ), mnew0);
+  __m256 msub1 = _mm256_andnot_ps(_mm256_cmp_ps(mnew1, ninf, _CMP_EQ_OQ), mnew1);
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ), msub0));
+    __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ + 8), msub1));
+    _mm256_storeu_ps(st + j * BQ, p0);
+    _mm256_storeu_ps(st + j * BQ + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
   }
-  if (j < n) { /* the tail through a masked vector pair */
-    float buf[16];
-    int64_t t = n - j;
-    for (int64_t i = 0; i < 16; i++) buf[i] = i < t ? s[j + i] - m : -INFINITY;
-    __m256 a = exp8(_mm256_loadu_ps(buf)), b = exp8(_mm256_loadu_ps(buf + 8));
-    _mm256_storeu_ps(buf, a);
-    _mm256_storeu_ps(buf + 8, b);
-    for (int64_t i = 0; i < t; i++) s[j + i] = buf[i];
-    s0 = _mm256_add_ps(s0, a);
-    s1 = _mm256_add_ps(s1, b);
-  }
-  return hsum8(_mm256_add_ps(s0, s1));
+  __m256 a0 = exp8(_mm256_sub_ps(mold0, msub0)), a1 = exp8(_mm256_sub_ps(mold1, msub1)); /* 0 where mold = -inf */
+  _mm256_storeu_ps(l, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l), a0), sum0));
+  _mm256_storeu_ps(l + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + 8), a1), sum1));
+  _mm256_storeu_ps(m, mnew0);
+  _mm256_storeu_ps(m + 8, mnew1);
+  _mm256_storeu_ps(a, a0);
+  _mm256_storeu_ps(a + 8, a1);
 }
-#endif
-
-static int have_avx2(void) {
-#ifdef FLASH_X86
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-  return 0;
-#endif
+static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
+  for (int r = 0; r < 16; r++) {
+    float bm = -INFINITY;
+    int bad = m[r] != m[r];
+    for (int64_t j = 0; j < bk; j++) {
+      float s = st[j * BQ + r];
+      if (s != s) bad = 1;
+      if (s > bm) bm = s;
+    }
+    float mnew = bad ? NAN : (bm > m[r] ? bm : m[r]);
+    float msub = mnew == -INFINITY ? 0.0f : mnew;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < bk; j++) {
+      float p = expf(st[j * BQ + r] - msub);
+      st[j * BQ + r] = p;
+      sum += p;
+    }
+    a[r] = expf(m[r] - msub);
+    l[r] = l[r] * a[r] + sum;
+    m[r] = mnew;
+  }
 }
-
-const char *attn_flash_exp_impl(void) { return have_avx2() ? "avx2" : "scalar"; }
+#endif
 
 /* ---------------------------------------------------------------- context */
 
@@ -167,31 +233,10 @@ typedef struct flash_ctx {
   int causal;
   float scale;
   const attn_sdpa_opts *o;
-  CBLAS_TRANSPOSE ktr, vtr;        /* k^T as [E, Lk] and v as [Lk, Ev], when not packed */
-  int64_t ldk, ldv;
-  int pack_k, pack_v;
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
-  size_t off_s, off_kp, off_vp, off_m, off_l, off_f, block; /* per-thread scratch, in floats */
-  row_max_fn rmax;
-  row_exp_fn rexp;
+  size_t off_s, off_o, off_m, off_l, off_a, off_f, block; /* per-thread scratch, in floats */
 } flash_ctx;
-
-/* How a [rows, cols] matrix with strides (sr, sc) goes to row-major BLAS
- * (NoTrans with ld = sr, or Trans with ld = sc); 0 when it must be packed.
- * (The same rule as the math kernel's, for blocks of any row count.) */
-static int blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS_TRANSPOSE *tr, int64_t *ld) {
-  if ((sc == 1 || cols == 1) && sr >= (cols > 1 ? cols : 1)) {
-    *tr = CblasNoTrans;
-    *ld = sr;
-  } else if ((sr == 1 || rows == 1) && sc >= (rows > 1 ? rows : 1)) {
-    *tr = CblasTrans;
-    *ld = sc;
-  } else {
-    return 0;
-  }
-  return *ld >= 1 && *ld <= INT_MAX;
-}
 
 static int64_t batch_offset(const flash_ctx *c, const attn_tensor *t, int64_t bi) {
   int64_t off = 0;
@@ -202,29 +247,19 @@ static int64_t batch_offset(const flash_ctx *c, const attn_tensor *t, int64_t bi
   return off;
 }
 
-/* Bias and mask of row i, keys [k0, k0 + n), onto s. */
+/* Bias and mask of row i, keys [k0, k0 + n), onto the column s (stride BQ). */
 static void bias_mask_row(const flash_ctx *c, int64_t bi, int64_t i, int64_t k0, int64_t n, float *s) {
   int nb = c->p.nbatch;
   if (c->p.has_bias) {
-    const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb];
     int64_t sb = c->p.bias.stride[nb + 1];
-    b += k0 * sb;
-    if (sb == 1)
-      for (int64_t j = 0; j < n; j++) s[j] = s[j] + b[j];
-    else
-      for (int64_t j = 0; j < n; j++) s[j] = s[j] + b[j * sb];
+    const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb] + k0 * sb;
+    for (int64_t j = 0; j < n; j++) s[j * BQ] = s[j * BQ] + b[j * sb];
   }
   if (c->p.has_mask) {
-    const float *m = c->p.mask.data + batch_offset(c, &c->p.mask, bi) + i * c->p.mask.stride[nb];
     int64_t sm = c->p.mask.stride[nb + 1];
-    m += k0 * sm;
-    if (sm == 1) {
-      for (int64_t j = 0; j < n; j++)
-        if (m[j] != 0.0f) s[j] = -INFINITY;
-    } else {
-      for (int64_t j = 0; j < n; j++)
-        if (m[j * sm] != 0.0f) s[j] = -INFINITY;
-    }
+    const float *m = c->p.mask.data + batch_offset(c, &c->p.mask, bi) + i * c->p.mask.stride[nb] + k0 * sm;
+    for (int64_t j = 0; j < n; j++)
+      if (m[j * sm] != 0.0f) s[j * BQ] = -INFINITY;
   }
 }
 
@@ -235,23 +270,23 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   /* the last query blocks first: under causal masking they have the most keys */
   int64_t r0 = (c->nqblk - 1 - item % c->nqblk) * BQ;
   int64_t rows = lq - r0 < BQ ? lq - r0 : BQ;
+  int64_t rows_p = (rows + MR - 1) / MR * MR; /* padded rows: zero queries, never written out */
   int nb = c->p.nbatch;
-  float *qs = w, *s = w + c->off_s, *mrow = w + c->off_m, *lrow = w + c->off_l;
-  float *o = c->out->data + (bi * lq + r0) * ev;
+  float *qt = w, *st = w + c->off_s, *ot = w + c->off_o;
+  float *mrow = w + c->off_m, *lrow = w + c->off_l, *arow = w + c->off_a;
 
   const float *q = c->p.q.data + batch_offset(c, &c->p.q, bi);
   int64_t sq0 = c->p.q.stride[nb], sq1 = c->p.q.stride[nb + 1];
   float scale = c->scale;
-  for (int64_t i = 0; i < rows; i++) {
-    const float *qi = q + (r0 + i) * sq0;
-    if (sq1 == 1)
-      for (int64_t d = 0; d < e; d++) qs[i * e + d] = qi[d] * scale;
-    else
-      for (int64_t d = 0; d < e; d++) qs[i * e + d] = qi[d * sq1] * scale;
+  for (int64_t d = 0; d < e; d++) {
+    for (int64_t i = 0; i < rows; i++) qt[d * BQ + i] = q[(r0 + i) * sq0 + d * sq1] * scale;
+    for (int64_t i = rows; i < rows_p; i++) qt[d * BQ + i] = 0.0f;
+  }
+  for (int64_t i = 0; i < rows_p; i++) {
     mrow[i] = -INFINITY;
     lrow[i] = 0.0f;
   }
-  memset(o, 0, (size_t)(rows * ev) * sizeof(float));
+  for (int64_t d = 0; d < ev; d++) memset(ot + d * BQ, 0, (size_t)rows_p * sizeof(float));
 
   /* keys [0, kend): causal rows r0 .. r0 + rows - 1 see keys up to r0 + rows - 1 */
   int64_t kend = lk;
@@ -263,83 +298,42 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
 
   for (int64_t k0 = 0; k0 < kend; k0 += BK) {
     int64_t bk = kend - k0 < BK ? kend - k0 : BK;
-    /* S = Qs K_blk^T */
+    /* St = K_blk Qt */
     if (e > 0) {
-      const float *kp = kb + k0 * sk0;
-      int64_t ldk = c->ldk;
-      CBLAS_TRANSPOSE tr = c->ktr;
-      if (c->pack_k) { /* K_blk^T packed as [E, bk] */
-        float *p = w + c->off_kp;
-        for (int64_t j = 0; j < bk; j++)
-          for (int64_t d = 0; d < e; d++) p[d * bk + j] = kp[j * sk0 + d * sk1];
-        kp = p;
-        ldk = bk;
-        tr = CblasNoTrans;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (blasint)rows, (blasint)bk, (blasint)e, 1.0f, qs, (blasint)e, kp,
-                  (blasint)ldk, 0.0f, s, (blasint)bk);
+      gemm_t(qt, e, rows_p, kb + k0 * sk0, sk1, sk0, bk, st, 0);
     } else {
-      memset(s, 0, (size_t)(rows * bk) * sizeof(float));
+      for (int64_t j = 0; j < bk; j++) memset(st + j * BQ, 0, (size_t)rows_p * sizeof(float));
     }
-    /* online softmax, row by row */
-    int any = 0;
-    for (int64_t i = 0; i < rows; i++) {
-      float *si = s + i * bk;
-      int64_t gi = r0 + i;
-      int64_t n = bk; /* keys of this block row i may see */
-      if (c->causal && k0 + bk > gi + 1) n = gi + 1 - k0 > 0 ? gi + 1 - k0 : 0;
-      if (c->p.has_bias || c->p.has_mask) bias_mask_row(c, bi, gi, k0, n, si);
-      float mold = mrow[i];
-      float mb = c->rmax(si, n);
-      float mnew = mold; /* max(mold, mb), NaN winning */
-      if (mold == mold && (mb != mb || mb > mold)) mnew = mb;
-      if (mnew == -INFINITY) { /* nothing visible yet in this row */
-        memset(si, 0, (size_t)bk * sizeof(float));
-        continue;
-      }
-      any = 1;
-      float sum = c->rexp(si, n, mnew);
-      if (n < bk) memset(si + n, 0, (size_t)(bk - n) * sizeof(float));
-      if (c->o->dropout_p > 0.0) {
-        float *f = w + c->off_f;
-        attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * lq + gi) * lk + k0, bk, f);
-        for (int64_t j = 0; j < n; j++) si[j] *= f[j];
-      }
-      if (mnew != mold) {
-        float a = expf(mold - mnew); /* 0 when mold = -inf */
-        lrow[i] = lrow[i] * a + sum;
-        float *oi = o + i * ev;
-        for (int64_t d = 0; d < ev; d++) oi[d] *= a;
-        mrow[i] = mnew;
-      } else {
-        lrow[i] += sum;
+    if (c->p.has_bias || c->p.has_mask)
+      for (int64_t i = 0; i < rows; i++) bias_mask_row(c, bi, r0 + i, k0, bk, st + i);
+    if (c->causal && k0 + bk - 1 > r0) /* the block crosses the diagonal: row i keeps keys <= i */
+      for (int64_t j = 0; j < bk; j++)
+        for (int64_t i = 0; i < rows_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
+    /* online softmax, 16 rows at a time */
+    for (int64_t g = 0; g < rows_p; g += MR) softmax_step16(st + g, bk, mrow + g, lrow + g, arow + g);
+    if (c->o->dropout_p > 0.0) {
+      float *f = w + c->off_f;
+      for (int64_t i = 0; i < rows; i++) {
+        attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * lq + r0 + i) * lk + k0, bk, f);
+        for (int64_t j = 0; j < bk; j++) st[j * BQ + i] *= f[j];
       }
     }
-    /* O += P V_blk */
-    if (any && ev > 0) {
-      const float *vp = vb + k0 * sv0;
-      int64_t ldv = c->ldv;
-      CBLAS_TRANSPOSE tr = c->vtr;
-      if (c->pack_v) {
-        float *p = w + c->off_vp;
-        for (int64_t j = 0; j < bk; j++)
-          for (int64_t d = 0; d < ev; d++) p[j * ev + d] = vp[j * sv0 + d * sv1];
-        vp = p;
-        ldv = ev;
-        tr = CblasNoTrans;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (blasint)rows, (blasint)ev, (blasint)bk, 1.0f, s, (blasint)bk, vp,
-                  (blasint)ldv, 1.0f, o, (blasint)ev);
+    /* Ot = a Ot + V_blk^T Pt */
+    for (int64_t d = 0; d < ev; d++) {
+      float *od = ot + d * BQ;
+      for (int64_t i = 0; i < rows_p; i++) od[i] *= arow[i];
     }
+    gemm_t(st, bk, rows_p, vb + k0 * sv0, sv0, sv1, ev, ot, 1);
   }
-  /* O /= l; rows with every key hidden are zeros */
+  /* out = Ot^T / l; rows with every key hidden are zeros */
+  float *o = c->out->data + (bi * lq + r0) * ev;
   for (int64_t i = 0; i < rows; i++) {
     float *oi = o + i * ev;
     float l = lrow[i];
     if (mrow[i] == -INFINITY) {
       memset(oi, 0, (size_t)ev * sizeof(float));
     } else {
-      for (int64_t d = 0; d < ev; d++) oi[d] = oi[d] / l;
+      for (int64_t d = 0; d < ev; d++) oi[d] = ot[d * BQ + i] / l;
     }
   }
 }
@@ -376,35 +370,20 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   for (int d = 0; d < c.p.nbatch; d++) nb *= c.p.batch[d];
   if (nb == 0 || c.p.lq == 0 || c.p.ev == 0) return ATTN_OK;
 
-  int nbd = c.p.nbatch;
-  int64_t kbmax = c.p.lk < BK ? c.p.lk : BK; /* the most keys of a block */
-  c.pack_k = !blas_layout(c.p.e, kbmax, c.p.k.stride[nbd + 1], c.p.k.stride[nbd], &c.ktr, &c.ldk);
-  c.pack_v = !blas_layout(kbmax, c.p.ev, c.p.v.stride[nbd], c.p.v.stride[nbd + 1], &c.vtr, &c.ldv);
-  if (have_avx2()) {
-#ifdef FLASH_X86
-    c.rmax = row_max_avx2;
-    c.rexp = row_exp_avx2;
-#endif
-  } else {
-    c.rmax = row_max_scalar;
-    c.rexp = row_exp_scalar;
-  }
-
-  /* per-thread block: qs [BQ, E], s [BQ, BK], kp [E, BK], vp [BK, Ev], m [BQ], l [BQ], f [BK] */
-  int64_t rb = c.p.lq < BQ ? c.p.lq : BQ;
+  /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = add_floats(&block, rb, c.p.e);
+  int ok = add_floats(&block, c.p.e, BQ);
   c.off_s = block;
-  ok = ok && add_floats(&block, rb, BK);
-  c.off_kp = block;
-  if (c.pack_k) ok = ok && add_floats(&block, c.p.e, BK);
-  c.off_vp = block;
-  if (c.pack_v) ok = ok && add_floats(&block, BK, c.p.ev);
+  ok = ok && add_floats(&block, BK, BQ);
+  c.off_o = block;
+  ok = ok && add_floats(&block, c.p.ev, BQ);
   c.off_m = block;
-  ok = ok && add_floats(&block, rb, 1);
+  ok = ok && add_floats(&block, BQ, 1);
   c.off_l = block;
-  ok = ok && add_floats(&block, rb, 1);
+  ok = ok && add_floats(&block, BQ, 1);
+  c.off_a = block;
+  ok = ok && add_floats(&block, BQ, 1);
   c.off_f = block;
   ok = ok && add_floats(&block, BK, 1);
   ok = ok && add_floats(&block, 16, 1); /* keeps the next thread's block 64-byte aligned */
@@ -425,9 +404,10 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
   if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
 
+  /* dynamic hand-out of the items (heaviest first under causal masking) only
+   * balances the load: every item is computed whole by one thread */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
-    omp_set_num_threads(1);
     float *w = scratch + block * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) run_item(&c, it, w);
