@@ -34,11 +34,16 @@ function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
 end
 
---- x [..., n, d_in] (2 to 8 dims, n <= context_length) -> [..., n, d_out].
+--- x [..., n, d_in] (2 to 8 dims, n <= context_length) -> [..., n, d_out]; with
+-- `{need_weights = true}` also the attention weights [..., n, n] (after dropout).
 -- One C call (attn.core.modules.attention_forward) when the children are the
 -- Linear and Dropout modules the constructor made; otherwise, and for any bad
 -- input (whose error the checks below raise), module by module.
-function CausalAttention:forward(x)
+function CausalAttention:forward(x, opts)
+  if opts ~= nil then
+    opts = checks.options("CausalAttention", opts, 2, { need_weights = "boolean" })
+    if opts.need_weights then return self:forward_modules(x, true) end
+  end
   local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
       and getmetatable(dropout) == Dropout then
@@ -52,8 +57,9 @@ function CausalAttention:forward(x)
   return self:forward_modules(x)
 end
 
---- The forward module by module (the reference for the fused path).
-function CausalAttention:forward_modules(x)
+--- The forward module by module (the reference for the fused path); with
+-- need_weights, also the weights [..., n, n].
+function CausalAttention:forward_modules(x, need_weights)
   checks.input("CausalAttention", x, "x", self.d_in, 2, 8)
   checks.context("CausalAttention", x, self.context_length)
   local keys = self.W_key(x)
@@ -62,10 +68,15 @@ function CausalAttention:forward_modules(x)
   local p = self.dropout.training and self.dropout.p or 0
   if p == 1 then
     -- torch's dropout with p = 1 zeroes every weight (and draws nothing)
+    if need_weights then
+      local ws = queries:size()
+      ws[#ws] = keys:size(-2)
+      return attn.zeros(values:size()), attn.zeros(ws)
+    end
     return attn.zeros(values:size())
   end
   return attn.scaled_dot_product_attention(queries, keys, values,
-    { is_causal = true, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)) })
+    { is_causal = true, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)), need_weights = need_weights })
 end
 
 return CausalAttention

@@ -44,12 +44,18 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
 end
 
---- x [b, n, d_in] (n <= context_length) -> [b, n, d_out].
+--- x [b, n, d_in] (n <= context_length) -> [b, n, d_out]; with
+-- `{need_weights = true}` also the attention weights [b, num_heads, n, n]
+-- (after dropout, as PyTorch returns them), e.g. for `attn.viz.heads`.
 -- One C call (attn.core.modules.attention_forward: projections, heads as
 -- strided views, attention, out_proj) when the children are the Linear and
 -- Dropout modules the constructor made; otherwise, and for any bad input
 -- (whose error the checks below raise), module by module.
-function MHA:forward(x)
+function MHA:forward(x, opts)
+  if opts ~= nil then
+    opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean" })
+    if opts.need_weights then return self:forward_modules(x, true) end
+  end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
       and getmetatable(o) == Linear and getmetatable(dropout) == Dropout then
@@ -63,8 +69,9 @@ function MHA:forward(x)
   return self:forward_modules(x)
 end
 
---- The forward module by module (the reference for the fused path).
-function MHA:forward_modules(x)
+--- The forward module by module (the reference for the fused path); with
+-- need_weights, also the weights [b, h, n, n].
+function MHA:forward_modules(x, need_weights)
   checks.input("MultiHeadAttention", x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   checks.context("MultiHeadAttention", x, self.context_length)
@@ -76,12 +83,15 @@ function MHA:forward_modules(x)
   local p = self.dropout.training and self.dropout.p or 0
   if p == 1 then
     -- torch's dropout with p = 1 zeroes every weight (and draws nothing): out_proj of zeros
-    return self.out_proj(attn.zeros(b, n, self.d_out))
+    local out = self.out_proj(attn.zeros(b, n, self.d_out))
+    if need_weights then return out, attn.zeros(b, h, n, n) end
+    return out
   end
-  local context = attn.scaled_dot_product_attention(queries, keys, values,
-    { is_causal = true, dropout_p = p, scale = self.scale })
+  local context, weights = attn.scaled_dot_product_attention(queries, keys, values,
+    { is_causal = true, dropout_p = p, scale = self.scale, need_weights = need_weights })
   -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]
   context = context:transpose(2, 3):reshape(b, n, self.d_out)
+  if need_weights then return self.out_proj(context), weights end
   return self.out_proj(context)
 end
 
