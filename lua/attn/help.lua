@@ -281,14 +281,12 @@ function M.text(what)
   return name .. "\n" .. text
 end
 
---- Prints the doc of a public function or class (see the module doc) and
--- returns the text; `attn.help()` lists the topics.
+--- Prints the doc of a public function or class (see the module doc);
+-- `attn.help()` lists the topics (`require("attn.help").text(what)` returns the text instead).
 -- @param[opt] what a public function or class (`attn.matmul`, `nn.Linear`), or
 -- its name (`"matmul"`, `"nn.Linear"`, `"Tensor.view"`)
 function M.help(what)
-  local text = M.text(what)
-  print(text)
-  return text
+  print(M.text(what))
 end
 
 return M

@@ -237,7 +237,7 @@ end
 -- @param[opt] opts table: `file` (write the SVG there), `rows` (Lq labels,
 -- e.g. the query tokens), `cols` (Lk labels), `title`, `vmin`/`vmax` (colour
 -- range; default min(0, smallest) .. largest value), `cell` (pixels, default 32)
--- @return the SVG text
+-- @return the SVG text, or the path when `file` is given
 function viz.heatmap(w, opts)
   local fname = "attn.viz.heatmap"
   check_tensor(fname, w, { 2 }, "a 2-D [Lq, Lk] weight matrix; use attn.viz.heads for [heads, Lq, Lk]")
@@ -253,7 +253,10 @@ function viz.heatmap(w, opts)
   local lh = math.max(80, math.min(ph - 40, 300))
   local lw = legend(body, 8 + pw + 16, top + ph - lh, lh, lo, hi)
   local svg = document(body, 8 + pw + 16 + lw, top + ph + 10, opts.title)
-  if opts.file then write_file(fname, opts.file, svg) end
+  if opts.file then
+    write_file(fname, opts.file, svg)
+    return opts.file
+  end
   return svg
 end
 
@@ -261,7 +264,7 @@ end
 -- or [b, heads, Lq, Lk] (one row per batch element), with one colour scale.
 -- @param w tensor
 -- @param[opt] opts as for `heatmap`, with `cell` defaulting to 20
--- @return the SVG text
+-- @return the SVG text, or the path when `file` is given
 function viz.heads(w, opts)
   local fname = "attn.viz.heads"
   check_tensor(fname, w, { 3, 4 }, "[heads, Lq, Lk] or [b, heads, Lq, Lk]")
@@ -291,7 +294,10 @@ function viz.heads(w, opts)
   local lh = math.max(80, math.min(y - top - 40, 300))
   local lw = legend(body, width, y - 16 - lh, lh, lo, hi)
   local svg = document(body, width + lw, y, opts.title)
-  if opts.file then write_file(fname, opts.file, svg) end
+  if opts.file then
+    write_file(fname, opts.file, svg)
+    return opts.file
+  end
   return svg
 end
 
@@ -311,13 +317,13 @@ end
 
 local SHADES = { " ", "\226\150\145", "\226\150\146", "\226\150\147", "\226\150\136" } -- ' ░▒▓█'
 
---- Draws a [Lq, Lk] weight matrix in the terminal and returns the text.
+--- Draws a [Lq, Lk] weight matrix in the terminal (or returns the text).
 -- With colour (default: when stdout is a terminal) each weight is two
 -- full blocks in a 256-colour viridis shade; without, one of ` ░▒▓█` twice.
 -- @param w tensor [Lq, Lk]
 -- @param[opt] opts table: `rows`, `cols` (labels), `title`, `vmin`, `vmax`,
 -- `color` (true/false: force colour on or off), `print` (false: only return the text)
--- @return the text drawn
+-- @return the text, when `print = false` (else it prints and returns nothing)
 function viz.show(w, opts)
   local fname = "attn.viz.show"
   check_tensor(fname, w, { 2 }, "a 2-D [Lq, Lk] weight matrix")
@@ -357,8 +363,8 @@ function viz.show(w, opts)
   for k = 0, 4 do scale[#scale + 1] = glyph(lo + (hi - lo) * k / 4) end
   lines[#lines + 1] = string.rep(" ", lw + 1) .. fmtv(lo) .. " " .. table.concat(scale) .. " " .. fmtv(hi)
   local text = table.concat(lines, "\n") .. "\n"
-  if opts.print ~= false then io.stdout:write(text) end
-  return text
+  if opts.print == false then return text end
+  io.stdout:write(text)
 end
 
 return viz
