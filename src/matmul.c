@@ -119,8 +119,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   /* [..., m, k] @ [k, n]: when a's leading dims fold into its rows without a
    * copy, the whole product is one GEMM of (prod(...) * m) rows (Linear layers). */
   if (b2.ndim == 2 && a2.ndim > 2) {
-    int64_t rows = 1, flat[2], fstride[2];
-    for (int d = 0; d < a2.ndim - 1; d++) rows *= a2.size[d];
+    int64_t rows = attn_sizes_product(a2.ndim - 1, a2.size), flat[2], fstride[2];
     flat[0] = rows;
     flat[1] = a2.size[a2.ndim - 1];
     if (attn_view_strides(&a2, 2, flat, fstride)) {
@@ -138,8 +137,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   int64_t batch[ATTN_MAX_DIMS];
   st = attn_broadcast_shape(a2.ndim - 2, a2.size, b2.ndim - 2, b2.size, &nbatch, batch);
   if (st != ATTN_OK) return st;
-  int64_t nb = 1;
-  for (int i = 0; i < nbatch; i++) nb *= batch[i];
+  int64_t nb = attn_sizes_product(nbatch, batch);
   if (nb == 0 || m == 0 || n == 0) return ATTN_OK;
   if (k == 0) return attn_fill(out, 0.0f);
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
