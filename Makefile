@@ -78,7 +78,7 @@ install: all
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
 
 clean:
-	rm -rf $(BUILD) build-asan build-static
+	rm -rf $(BUILD) build-asan build-static build-fuzz
 
 # HTML reference docs from the LDoc comments (config.ld) into doc/ (lua-markdown
 # renders the README topic; without it LDoc shows it as plain text).
@@ -115,3 +115,26 @@ static: deps
 	  ALL_LDFLAGS="$(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete $(BLASDIR)/libopenblas.a -lgfortran -lm" \
 	  $(STATIC_BUILD)/attn/core.so $(LUASRC:lua/%=$(STATIC_BUILD)/%)
 .PHONY: static
+
+# libFuzzer harness for the C core (fuzz/core_fuzz.c) under ASan + UBSan, run
+# for FUZZ_SECONDS with the committed seeds (fuzz/seeds/) plus a working corpus
+# in build-fuzz/corpus. Needs clang (Debian clang-14, libomp-dev); not part of
+# `make test`. A crash leaves its input as build-fuzz/crash-*: reproduce with
+# build-fuzz/core_fuzz build-fuzz/crash-...
+FUZZ_BUILD   = build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+CORE_SRC     := $(filter-out src/lua_%.c,$(SRC))
+FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined,float-cast-overflow -fno-sanitize-recover=all
+$(FUZZ_BUILD)/core_fuzz: fuzz/core_fuzz.c $(CORE_SRC) $(wildcard src/*.h)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "attn: 'make fuzz-core' needs clang: sudo apt-get install clang libomp-dev" >&2; exit 1; }
+	@mkdir -p $(FUZZ_BUILD)
+	$(FUZZ_CC) -O1 -g $(FUZZ_SANITIZE) -fno-omit-frame-pointer $(ARCH) $(WARN) -std=gnu11 -fopenmp -ffp-contract=off \
+	  -I$(BLASINC) fuzz/core_fuzz.c $(CORE_SRC) -o $@ -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+
+fuzz-core: $(FUZZ_BUILD)/core_fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2 \
+	  $(FUZZ_BUILD)/core_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/seeds
+.PHONY: fuzz-core

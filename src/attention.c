@@ -302,8 +302,7 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   c.out = out;
   c.weights = weights;
 
-  int64_t nb = 1;
-  for (int d = 0; d < c.p.nbatch; d++) nb *= c.p.batch[d];
+  int64_t nb = attn_sizes_product(c.p.nbatch, c.p.batch);
   if (nb == 0 || c.p.lq == 0) return ATTN_OK;
 
   int nbd = c.p.nbatch;

@@ -366,8 +366,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   c.causal = opts->is_causal;
   c.out = out;
 
-  int64_t nb = 1;
-  for (int d = 0; d < c.p.nbatch; d++) nb *= c.p.batch[d];
+  int64_t nb = attn_sizes_product(c.p.nbatch, c.p.batch);
   if (nb == 0 || c.p.lq == 0 || c.p.ev == 0) return ATTN_OK;
 
   /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */

@@ -93,8 +93,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     o->dropout_draw = attn_rng_u32(attn_default_generator());
   }
   if (kernel == KERNEL_AUTO) {
-    int64_t nb = 1;
-    for (int d = 0; d < ndim - 2; d++) nb *= size[d];
+    int64_t nb = attn_sizes_product(ndim - 2, size);
     kernel = !need_weights && attn_sdpa_prefer_flash(nb, q->size[q->ndim - 2], k->size[k->ndim - 2],
                                                      q->size[q->ndim - 1], v->size[v->ndim - 1])
                  ? KERNEL_FLASH

@@ -15,8 +15,15 @@ int openblas_get_num_threads(void);
 const char *attn_blas_corename(void) { return openblas_get_corename(); }
 int attn_blas_threads(void) { return openblas_get_num_threads(); }
 
-/* Batches of matrices at least this small (m*n*k) run one per thread. */
-#define ATTN_SMALL_GEMM (96 * 96 * 96)
+/* The product is cut into tiles of at most TILE_M x TILE_N outputs (per batch
+ * item), each one single-threaded cblas_sgemm, the tiles spread over OpenMP
+ * threads. OpenBLAS's own threaded sgemm splits the work by the thread count
+ * and its bits differ between 1 and 2 threads; constant tiles make the bits
+ * of every result the same for any OMP_NUM_THREADS. */
+#define TILE_M 256
+#define TILE_N 512
+/* Below this many multiply-adds in all, the tiles run on the calling thread. */
+#define PARALLEL_MIN_FLOPS (64 * 64 * 64)
 
 attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size) {
   char b1[200], b2[200];
@@ -119,8 +126,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   /* [..., m, k] @ [k, n]: when a's leading dims fold into its rows without a
    * copy, the whole product is one GEMM of (prod(...) * m) rows (Linear layers). */
   if (b2.ndim == 2 && a2.ndim > 2) {
-    int64_t rows = 1, flat[2], fstride[2];
-    for (int d = 0; d < a2.ndim - 1; d++) rows *= a2.size[d];
+    int64_t rows = attn_sizes_product(a2.ndim - 1, a2.size), flat[2], fstride[2];
     flat[0] = rows;
     flat[1] = a2.size[a2.ndim - 1];
     if (attn_view_strides(&a2, 2, flat, fstride)) {
@@ -138,8 +144,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   int64_t batch[ATTN_MAX_DIMS];
   st = attn_broadcast_shape(a2.ndim - 2, a2.size, b2.ndim - 2, b2.size, &nbatch, batch);
   if (st != ATTN_OK) return st;
-  int64_t nb = 1;
-  for (int i = 0; i < nbatch; i++) nb *= batch[i];
+  int64_t nb = attn_sizes_product(nbatch, batch);
   if (nb == 0 || m == 0 || n == 0) return ATTN_OK;
   if (k == 0) return attn_fill(out, 0.0f);
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
@@ -158,20 +163,34 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     free(sb);
     return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
-  int small = m * n * k <= ATTN_SMALL_GEMM && nb > 1 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (small)
-  for (int64_t bi = 0; bi < nb; bi++) {
-    const float *pa = oa.t.data, *pb = ob.t.data;
-    int64_t rem = bi;
-    for (int d = nbatch - 1; d >= 0; d--) {
-      int64_t i = rem % batch[d];
-      rem /= batch[d];
-      pa += i * oa.t.stride[d];
-      pb += i * ob.t.stride[d];
+  int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items;
+  double work = (double)nb * (double)m * (double)n * (double)k;
+  int nthreads = omp_in_parallel() || work < (double)PARALLEL_MIN_FLOPS ? 1 : omp_get_max_threads();
+  if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
+  if (nthreads < 1) nthreads = 1;
+  if (items < nthreads) nthreads = (int)items;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  {
+    /* BLAS single-threaded in here, even in a team of one (the region's own ICV) */
+    omp_set_num_threads(1);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t bi = it / (mt * nt), r0 = (it % (mt * nt)) / nt * TILE_M, c0 = it % nt * TILE_N;
+      int64_t rows = m - r0 < TILE_M ? m - r0 : TILE_M, cols = n - c0 < TILE_N ? n - c0 : TILE_N;
+      const float *pa = oa.t.data, *pb = ob.t.data;
+      int64_t rem = bi;
+      for (int d = nbatch - 1; d >= 0; d--) {
+        int64_t i = rem % batch[d];
+        rem /= batch[d];
+        pa += i * oa.t.stride[d];
+        pb += i * ob.t.stride[d];
+      }
+      pa += oa.tr == CblasNoTrans ? r0 * oa.ld : r0; /* rows r0.. of op(a) */
+      pb += ob.tr == CblasNoTrans ? c0 : c0 * ob.ld; /* columns c0.. of op(b) */
+      float *pc = out->data + bi * m * n + r0 * n + c0;
+      cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)oa.ld,
+                  pb, (blasint)ob.ld, 0.0f, pc, (blasint)n);
     }
-    float *pc = out->data + bi * m * n;
-    cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)m, (blasint)n, (blasint)k, 1.0f, pa, (blasint)oa.ld, pb,
-                (blasint)ob.ld, 0.0f, pc, (blasint)n);
   }
   free(sa);
   free(sb);

@@ -47,8 +47,12 @@ attn_status attn_numel_checked(int ndim, const int64_t *size, int64_t *numel) {
   for (int d = 0; d < ndim; d++) {
     if (n > limit / size[d]) {
       char buf[200];
-      return attn_fail(ATTN_EOVERFLOW, "size %s has too many elements (the byte count overflows)",
-                       attn_sizes_str(ndim, size, buf, sizeof buf));
+      double bytes = (double)sizeof(float);
+      for (int k = 0; k < ndim; k++) bytes *= (double)size[k];
+      return attn_fail(ATTN_EOVERFLOW,
+                       "size %s has too many elements: %.4g bytes requested, more than the %lld bytes "
+                       "a size can express (the byte count overflows)",
+                       attn_sizes_str(ndim, size, buf, sizeof buf), bytes, (long long)(limit * (int64_t)sizeof(float)));
     }
     n *= size[d];
   }
@@ -56,16 +60,21 @@ attn_status attn_numel_checked(int ndim, const int64_t *size, int64_t *numel) {
   return ATTN_OK;
 }
 
-int64_t attn_numel(const attn_tensor *t) {
+int64_t attn_sizes_product(int ndim, const int64_t *size) {
+  /* an empty shape may have other sizes whose product overflows ([0, 2^62, 2^62]) */
+  for (int d = 0; d < ndim; d++)
+    if (size[d] == 0) return 0;
   int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->size[d];
+  for (int d = 0; d < ndim; d++) n = n > INT64_MAX / size[d] ? INT64_MAX : n * size[d];
   return n;
 }
 
+int64_t attn_numel(const attn_tensor *t) { return attn_sizes_product(t->ndim, t->size); }
+
 int attn_is_contiguous(const attn_tensor *t) {
   int64_t expected = 1;
+  if (attn_numel(t) == 0) return 1; /* before any product of the other sizes, which may overflow */
   for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->size[d] == 0) return 1;
     if (t->size[d] != 1 && t->stride[d] != expected) return 0;
     expected *= t->size[d];
   }

@@ -40,6 +40,9 @@ const char *attn_sizes_str(int ndim, const int64_t *size, char *buf, size_t len)
  * does not fit in int64_t / size_t (negative sizes are ATTN_EARG). */
 attn_status attn_numel_checked(int ndim, const int64_t *size, int64_t *numel);
 
+/* Product of non-negative sizes: 0 when any is 0 (whatever the others), else
+ * saturating at INT64_MAX. attn_numel is that of t's shape. */
+int64_t attn_sizes_product(int ndim, const int64_t *size);
 int64_t attn_numel(const attn_tensor *t);
 int attn_is_contiguous(const attn_tensor *t);
 int attn_same_shape(const attn_tensor *a, const attn_tensor *b);
