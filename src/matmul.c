@@ -196,3 +196,30 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   free(sb);
   return ATTN_OK;
 }
+
+void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items = mt * nt;
+  double work = (double)m * (double)n * (double)k;
+  int nthreads = omp_in_parallel() || work < (double)PARALLEL_MIN_FLOPS ? 1 : omp_get_max_threads();
+  if (nthreads < 1) nthreads = 1;
+  if (items < nthreads) nthreads = (int)items;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  {
+    omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t r0 = it / nt * TILE_M, c0 = it % nt * TILE_N;
+      int64_t rows = m - r0 < TILE_M ? m - r0 : TILE_M, cols = n - c0 < TILE_N ? n - c0 : TILE_N;
+      const float *pa = a + (trans_a ? r0 : r0 * lda), *pb = b + (trans_b ? c0 * ldb : c0);
+      if (k == 0) {
+        for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
+        continue;
+      }
+      cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
+                  (blasint)ldb, 0.0f, c + r0 * ldc + c0, (blasint)ldc);
+    }
+  }
+}

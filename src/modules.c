@@ -20,6 +20,7 @@
 #include "attention.h"
 #include "flash.h"
 #include "modules.h"
+#include "ops.h"
 #include "rng.h"
 
 /* Multiply-adds up to which the direct loops beat sgemm's call overhead. */
@@ -126,10 +127,10 @@ static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, att
 static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_tensor *w, const attn_tensor *b,
                         float *y, int64_t ldy, int64_t nout) {
   /* w [nout, nin] as w^T [nin, nout] for row-major BLAS (checked by the caller) */
-  CBLAS_TRANSPOSE tr = w->stride[1] == 1 ? CblasTrans : CblasNoTrans;
-  int64_t ldw = w->stride[1] == 1 ? w->stride[0] : w->stride[1];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (blasint)rows, (blasint)nout, (blasint)nin, 1.0f, x, (blasint)nin,
-              w->data, (blasint)ldw, 0.0f, y, (blasint)ldy);
+  int trans = w->stride[1] == 1;
+  int64_t ldw = trans ? w->stride[0] : w->stride[1];
+  /* attn_matmul's tiles: the bits of the module path (matmul, then + bias) for any thread count */
+  attn_gemm(0, trans, rows, nout, nin, x, nin, w->data, ldw, y, ldy);
   if (!b) return;
   const float *bd = b->data;
   int64_t sb = b->stride[0];

@@ -53,6 +53,12 @@ attn_status attn_cat(const attn_tensor *const *parts, int n, int d, attn_tensor 
 attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size);
 attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor *out);
 
+/* c [m, n] (row stride ldc) = op(a) [m, k] @ op(b) [k, n], row-major, op = transpose when
+ * trans_*: in attn_matmul's fixed tiles, so the bits equal attn_matmul's for the same
+ * 2-D product and do not depend on the thread count. m, n, k, lda, ldb, ldc <= INT_MAX. */
+void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float *c, int64_t ldc);
+
 /* Name of the BLAS core in use ("Haswell", "SkylakeX", ...). */
 const char *attn_blas_corename(void);
 int attn_blas_threads(void);
