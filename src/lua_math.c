@@ -97,7 +97,6 @@ static int mt_unm(lua_State *L) {
 
 static int m_fill_(lua_State *L) {
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
-  attnL_check_writable(L, t, "Tensor:fill_");
   attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
   lua_settop(L, 1);
   return 1;
@@ -105,7 +104,6 @@ static int m_fill_(lua_State *L) {
 
 static int m_zero_(lua_State *L) {
   attn_tensor *t = attnL_check(L, 1, "Tensor:zero_", "self");
-  attnL_check_writable(L, t, "Tensor:zero_");
   attn_fill(t, 0.0f);
   lua_settop(L, 1);
   return 1;
@@ -151,7 +149,6 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
     out = attnL_push_uninit(L, ndim, size, fn);
     attn_unary(ATTN_COPY, t, out);
   } else {
-    attnL_check_writable(L, t, fn);
     if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
       attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
                   attnL_shape(t, b2, sizeof b2));
@@ -170,10 +167,7 @@ static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
   if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
   attn_tensor *out = t;
   if (!inplace) out = attnL_push_uninit(L, t->ndim, t->size, fn);
-  else {
-    attnL_check_writable(L, t, fn);
-    lua_settop(L, 1);
-  }
+  else lua_settop(L, 1);
   if (attn_triangle(t, out, k, upper) != ATTN_OK) attnL_core_error(L, fn);
   return 1;
 }

@@ -577,13 +577,13 @@ static int mt_newindex(lua_State *L) {
   int64_t i = attnL_checkinteger(L, 2, fn, "index");
   if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
   attn_tensor v = select_view(L, t, 0, i, fn);
-  attnL_check_writable(L, &v, fn);
   if (lua_type(L, 3) == LUA_TNUMBER) {
     attn_fill(&v, (float)lua_tonumber(L, 3));
     return 0;
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
+  attnL_check_writable(L, &v, fn); /* as copy_: no copy into elements sharing memory */
   if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
   return 0;
 }
