@@ -591,7 +591,8 @@ op(2, function(S)
   if r.chance(0.1) then opts.cell = anyval(S) end
   if r.chance(0.05) then opts = anyval(S) end
   local which = r.pick({ "heatmap", "heads", "show" })
-  if which == "show" and type(opts) == "table" then
+  if which == "show" and (type(opts) ~= "table" or getmetatable(opts)) then which = "heatmap" end
+  if which == "show" then
     opts.print = false
     opts.color = r.chance(0.5)
   end
