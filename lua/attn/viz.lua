@@ -186,7 +186,7 @@ local function panel(out, m, rows, cols, x, y, cell, lo, hi, caption)
         out[#out + 1] = string.format(
           '<text x="%g" y="%g" font-size="%g" text-anchor="middle" dominant-baseline="middle" fill="%s" pointer-events="none">%s</text>',
           left + (j - 0.5) * cell, top + (i - 0.5) * cell, math.min(11, cell * 0.34), light and "#fff" or "#000",
-          string.format("%.2f", v))
+          (v == v and v > -math.huge and v < math.huge) and string.format("%.2f", v) or fmtv(v))
       end
     end
   end
