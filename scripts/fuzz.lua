@@ -16,7 +16,8 @@
 -- the huge sizes that must be refused before anything is allocated.
 --
 -- As a module (`require "fuzz"`), `fuzz.run{iterations =, seed =, verbose =,
--- out =}` returns a summary table {calls, ok, errors, failure = text or nil}.
+-- out =}` returns a summary table {calls, ok, errors, outcomes = "oeo..." (one
+-- letter per call), failure = text or nil}.
 
 local attn = require "attn"
 local nn = attn.nn
@@ -704,6 +705,8 @@ local function bad_message(msg, ctx)
   return "raised a message that names none of: " .. table.concat(ctx, ", ")
 end
 
+M.bad_message = bad_message
+
 local function call_src(S, src, args)
   local parts = {}
   for i = 1, args.n do parts[i] = value_src(args[i], S.srcs) end
@@ -721,6 +724,7 @@ function M.run(o)
   local S = new_state(seed, tmpdir)
   local r = S.r
   local stats = { calls = 0, ok = 0, errors = 0, seed = seed }
+  local outcomes = {} -- "o"/"e" per call: the run's fingerprint
   local saved_rng = attn.get_rng_state()
   attn.manual_seed(seed)
   for it = 1, o.iterations or 1000 do
@@ -741,6 +745,7 @@ function M.run(o)
     if o.verbose then out(("-- %d: %s"):format(it, shown)) ; io.stdout:flush() end
     stats.calls = stats.calls + 1
     local res = pack(pcall(fn, table.unpack(args, 1, args.n)))
+    outcomes[#outcomes + 1] = res[1] and "o" or "e"
     if res[1] then
       stats.ok = stats.ok + 1
       for i = 2, res.n do
@@ -763,6 +768,7 @@ function M.run(o)
       end
     end
   end
+  stats.outcomes = table.concat(outcomes)
   os.execute("rm -rf '" .. tmpdir .. "'")
   attn.set_rng_state(saved_rng)
   return stats
