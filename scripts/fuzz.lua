@@ -379,7 +379,12 @@ fn_op("format", 2, function(S)
   end
   return maybe(S, 0.9, pool_tensor), opts
 end)
-fn_op("save", 2, function(S) return maybe(S, 0.9, pool_tensor), S.r.chance(0.9) and tmp_path(S, ".npy") or anyval(S) end)
+fn_op("save", 2, function(S)
+  local path = S.r.chance(0.9) and tmp_path(S, ".npy") or anyval(S)
+  -- a hostile string is still a file name: keep it inside the temporary directory
+  if type(path) == "string" and path:sub(1, 1) ~= "/" then path = S.tmpdir .. "/" .. path end
+  return maybe(S, 0.9, pool_tensor), path
+end)
 fn_op("load", 2, function(S)
   local r = S.r
   local p = tmp_path(S, ".npy")
