@@ -93,16 +93,21 @@ doc:
 # runtimes are preloaded into the (uninstrumented) lua5.4 interpreter. A 64 MiB
 # free-quarantine (default 256) keeps the RSS-bound spec meaningful under ASan.
 ASAN_BUILD = build-asan
+# allocator_may_return_null: a refused huge allocation is an error attn reports
+# (the fuzzer asks for such sizes), not a sanitizer abort.
+ASAN_OPTS = detect_leaks=1:abort_on_error=0:exitcode=99:quarantine_size_mb=64:allocator_may_return_null=1
+UBSAN_OPTS = print_stacktrace=1:halt_on_error=1
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 asan: deps
 	@$(MAKE) -s BUILD=$(ASAN_BUILD) CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" $(ASAN_BUILD)/attn/core.so \
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
-	 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99:quarantine_size_mb=64 \
-	 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	 ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
+	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
 	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/?.lua" \
 	   --cpath="$(ASAN_BUILD)/?.so"
+	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
+	 scripts/attn-lua scripts/fuzz.lua --iterations 2000 --seed 7
 .PHONY: asan
 
 # The module with OpenBLAS linked in statically (Debian's DYNAMIC_ARCH build,

@@ -43,6 +43,10 @@ double attnL_checknumber(lua_State *L, int arg, const char *fname, const char *w
 /* Sizes given as varargs from `first`, or as one table at `first`; -1 allowed once if
  * allow_infer (returned as -1). Returns the count of dims. */
 int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, const char *fname);
+/* Raise unless t can be written in place: an expanded (stride-0) dim of size > 1
+ * makes several elements share one memory location, which PyTorch refuses to
+ * write (and which would make a fill of a huge expanded view run for ages). */
+void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname);
 /* "[2, 3]" of a tensor, for messages. */
 const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 

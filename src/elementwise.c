@@ -136,7 +136,12 @@ static void fill_row(int64_t n, float *const *p, const int64_t *s, const void *c
 }
 
 attn_status attn_fill(attn_tensor *out, float value) {
-  const attn_tensor *ops[1] = {out};
+  /* an expanded (stride-0) dim writes the same floats again: visit it once,
+   * so filling a huge expanded view costs its memory, not its element count */
+  attn_tensor once = *out;
+  for (int d = 0; d < once.ndim; d++)
+    if (once.stride[d] == 0 && once.size[d] > 1) once.size[d] = 1;
+  const attn_tensor *ops[1] = {&once};
   attn_foreach(1, ops, fill_row, &value);
   return ATTN_OK;
 }

@@ -29,17 +29,6 @@ static int binary(lua_State *L, attn_binop op, const char *fn) {
   return 1;
 }
 
-/* An in-place write into t would hit one memory location through several
- * elements (an expanded, stride-0 dim): PyTorch refuses such writes. */
-static void check_no_internal_overlap(lua_State *L, const attn_tensor *t, const char *fn) {
-  for (int d = 0; d < t->ndim; d++)
-    if (t->stride[d] == 0 && t->size[d] > 1) {
-      char b[200];
-      attnL_error(L, fn, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
-                  "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
-    }
-}
-
 /* self op= other, in place; other must broadcast to self's shape. */
 static int binary_(lua_State *L, attn_binop op, const char *fn) {
   attn_tensor *self = attnL_check(L, 1, fn, "self");
@@ -51,7 +40,7 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
     attnL_error(L, fn, "other of shape %s does not broadcast to self's shape %s", attnL_shape(&b, b1, sizeof b1),
                 attnL_shape(self, b2, sizeof b2));
   }
-  check_no_internal_overlap(L, self, fn);
+  attnL_check_writable(L, self, fn);
   if (attn_binary(op, self, &b, self) != ATTN_OK) attnL_core_error(L, fn);
   lua_settop(L, 1);
   return 1;
@@ -114,7 +103,8 @@ static int m_fill_(lua_State *L) {
 }
 
 static int m_zero_(lua_State *L) {
-  attn_fill(attnL_check(L, 1, "Tensor:zero_", "self"), 0.0f);
+  attn_tensor *t = attnL_check(L, 1, "Tensor:zero_", "self");
+  attn_fill(t, 0.0f);
   lua_settop(L, 1);
   return 1;
 }
@@ -128,7 +118,7 @@ static int m_copy_(lua_State *L) {
   if (attn_expand(src, t->ndim, t->size, &e) != ATTN_OK)
     attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
                 attnL_shape(t, b2, sizeof b2));
-  check_no_internal_overlap(L, t, fn);
+  attnL_check_writable(L, t, fn);
   /* a source overlapping the destination is copied out first */
   int64_t n = attn_numel(src);
   if (n > 0 && src->data != t->data) {

@@ -283,8 +283,25 @@ static void push_table(lua_State *L, const attn_tensor *t, int d, const float *p
   }
 }
 
+/* The most Lua values (numbers and inner tables) totable builds: 2^26, about a
+ * GiB of Lua memory. A huge expanded view (no memory behind it) or a shape
+ * such as [2^40, 0] is refused instead of building billions of values. */
+#define TOTABLE_MAX_VALUES ((int64_t)1 << 26)
+
 static int m_totable(lua_State *L) {
-  attn_tensor *t = CHECK(1, "Tensor:totable");
+  const char *fn = "Tensor:totable";
+  attn_tensor *t = CHECK(1, fn);
+  int64_t values = 0, rows = 1; /* tables at each depth, then the numbers */
+  for (int d = 0; d < t->ndim && values <= TOTABLE_MAX_VALUES; d++) {
+    rows = t->size[d] != 0 && rows > TOTABLE_MAX_VALUES / t->size[d] ? TOTABLE_MAX_VALUES + 1 : rows * t->size[d];
+    values += rows;
+  }
+  if (values > TOTABLE_MAX_VALUES) {
+    char b[200];
+    attnL_error(L, fn, "a tensor of shape %s is too large to convert to a Lua table (more than %I numbers and "
+                "tables; narrow it or work on it as a tensor)", attnL_shape(t, b, sizeof b),
+                (lua_Integer)TOTABLE_MAX_VALUES);
+  }
   push_table(L, t, 0, t->data);
   return 1;
 }
@@ -566,10 +583,7 @@ static int mt_newindex(lua_State *L) {
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
-  for (int d = 0; d < v.ndim; d++) /* as copy_: no copy into elements sharing memory */
-    if (v.stride[d] == 0 && v.size[d] > 1)
-      attnL_error(L, fn, "the tensor is expanded: several of its elements share memory, so it cannot be assigned "
-                  "a tensor (clone() it first)");
+  attnL_check_writable(L, &v, fn); /* as copy_: no copy into elements sharing memory */
   if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
   return 0;
 }

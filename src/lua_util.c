@@ -40,6 +40,15 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len) {
   return attn_shape_str(t, buf, len);
 }
 
+void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname) {
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->size[d] > 1) {
+      char b[200];
+      attnL_error(L, fname, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
+                  "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
+    }
+}
+
 /* Storage allocation runs protected, so running out of memory becomes an
  * error that names the request instead of Lua's bare "not enough memory". */
 static int allocate_storage(lua_State *L) {

@@ -19,10 +19,30 @@ function attn.is_tensor(x)
   return getmetatable(x) == mt
 end
 
+-- "attn.Tensor", or the Lua type (or __name) of anything else, for messages
+local function type_name(x)
+  if getmetatable(x) == mt then return "attn.Tensor" end
+  local m = getmetatable(x)
+  if type(m) == "table" and type(rawget(m, "__name")) == "string" then return rawget(m, "__name") end
+  return type(x)
+end
+
+local function check_tensor(x, fname, argn, what)
+  if getmetatable(x) ~= mt then
+    error(("%s: bad argument #%d '%s' (expected attn.Tensor, got %s)"):format(fname, argn, what, type_name(x)), 3)
+  end
+end
+
 --- A zero tensor of `t`'s shape.
-function attn.zeros_like(t) return attn.zeros(t:size()) end
+function attn.zeros_like(t)
+  check_tensor(t, "attn.zeros_like", 1, "t")
+  return attn.zeros(t:size())
+end
 --- A tensor of ones of `t`'s shape.
-function attn.ones_like(t) return attn.ones(t:size()) end
+function attn.ones_like(t)
+  check_tensor(t, "attn.ones_like", 1, "t")
+  return attn.ones(t:size())
+end
 
 --- `|a - b| <= atol + rtol * |b|` everywhere (broadcasting), NaN never close.
 -- @param a tensor
@@ -51,10 +71,21 @@ Tensor.allclose = attn.allclose
 
 --- The same tensor (every tensor is float32); for code ported from PyTorch.
 function Tensor.float(t) return t end
+-- Run t:method(other:size()), its error re-raised under `fname` (what the user called).
+local function as_shape_of(fname, method, t, other)
+  check_tensor(t, fname, 1, "self")
+  check_tensor(other, fname, 2, "other")
+  local ok, res = pcall(Tensor[method], t, other:size())
+  if not ok then
+    error(fname .. ": " .. tostring(res):gsub("^.-Tensor:" .. method .. ": ", ""), 3)
+  end
+  return res
+end
+
 --- A view of `t` with `other`'s shape.
-function Tensor.view_as(t, other) return t:view(other:size()) end
+function Tensor.view_as(t, other) return as_shape_of("Tensor:view_as", "view", t, other) end
 --- `t` expanded to `other`'s shape.
-function Tensor.expand_as(t, other) return t:expand(other:size()) end
+function Tensor.expand_as(t, other) return as_shape_of("Tensor:expand_as", "expand", t, other) end
 
 local format = require "attn.format"
 --- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.

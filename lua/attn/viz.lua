@@ -38,8 +38,9 @@ local function check_opts(fname, opts, arg)
     end
   end
   for _, key in ipairs({ "vmin", "vmax", "cell" }) do
-    if opts[key] ~= nil and (type(opts[key]) ~= "number" or opts[key] ~= opts[key]) then
-      fail(fname, "option '%s' must be a number, got %s", key, tostring(opts[key]))
+    local v = opts[key]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge) then
+      fail(fname, "option '%s' must be a finite number, got %s", key, type(v) == "number" and tostring(v) or type(v))
     end
   end
   if opts.cell and opts.cell <= 0 then fail(fname, "option 'cell' must be positive, got %s", tostring(opts.cell)) end
@@ -105,6 +106,7 @@ local VIRIDIS = {
 local function colour(v, lo, hi)
   if v ~= v then return 128, 128, 128 end -- NaN: grey
   local x = (v - lo) / (hi - lo)
+  if x ~= x then x = 0 end -- a range too narrow for doubles (lo + 1 == lo)
   if x < 0 then x = 0 elseif x > 1 then x = 1 end
   local pos = x * (#VIRIDIS - 1)
   local i = math.floor(pos)
@@ -184,7 +186,7 @@ local function panel(out, m, rows, cols, x, y, cell, lo, hi, caption)
         out[#out + 1] = string.format(
           '<text x="%g" y="%g" font-size="%g" text-anchor="middle" dominant-baseline="middle" fill="%s" pointer-events="none">%s</text>',
           left + (j - 0.5) * cell, top + (i - 0.5) * cell, math.min(11, cell * 0.34), light and "#fff" or "#000",
-          string.format("%.2f", v))
+          (v == v and v > -math.huge and v < math.huge) and string.format("%.2f", v) or fmtv(v))
       end
     end
   end
@@ -344,6 +346,7 @@ function viz.show(w, opts)
     end
     if v ~= v then return "??" end
     local x = (v - lo) / (hi - lo)
+    if x ~= x then x = 0 end -- a range too narrow (or wide) for doubles
     if x < 0 then x = 0 elseif x > 1 then x = 1 end
     local s = SHADES[math.floor(x * (#SHADES - 1) + 0.5) + 1]
     return s .. s

@@ -78,7 +78,15 @@ local function new_instance(cls, ...)
     _buffers = {},      -- {name = ..., persistent = bool}
     _children = {},     -- {name = "W_query" or "0", key = field key (string, or integer in lists)}
   }, cls)
-  self:init(...)
+  -- an error from deeper down (an allocation refused for huge sizes, say) is
+  -- re-raised naming the class and pointing at the caller
+  local ok, err = pcall(self.init, self, ...)
+  if not ok then
+    local msg = tostring(err):gsub("^[^\n]-:%d+: ", "", 1)
+    local name = "attn.nn." .. class_name(self)
+    if msg:sub(1, #name + 1) ~= name .. ":" then msg = name .. ": " .. msg end
+    error(msg, 2)
+  end
   return self
 end
 
