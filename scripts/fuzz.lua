@@ -385,6 +385,60 @@ fn_op("save", 2, function(S)
   if type(path) == "string" and path:sub(1, 1) ~= "/" then path = S.tmpdir .. "/" .. path end
   return maybe(S, 0.9, pool_tensor), path
 end)
+fn_op("save_safetensors", 2, function(S)
+  local r = S.r
+  local path = r.chance(0.9) and tmp_path(S, ".safetensors") or anyval(S)
+  if type(path) == "string" and path:sub(1, 1) ~= "/" then path = S.tmpdir .. "/" .. path end
+  local tensors = {}
+  for i = 1, r.int(0, 3) do
+    tensors[r.chance(0.9) and ("t" .. i) or anyval(S)] = r.chance(0.9) and pool_tensor(S) or anyval(S)
+  end
+  if r.chance(0.1) then tensors = anyval(S) end
+  local meta = nil
+  if r.chance(0.3) then meta = { note = r.chance(0.8) and "x" or anyval(S) } end
+  return path, tensors, meta
+end, { "save_safetensors" })
+fn_op("load_safetensors", 2, function(S)
+  local r = S.r
+  local p = tmp_path(S, ".safetensors")
+  if r.chance(0.4) then -- a corrupted copy of a file written here
+    local good = io.open(p, "rb")
+    local bytes = good and good:read("a") or ""
+    if good then good:close() end
+    local cut = #bytes > 0 and r.int(0, #bytes) or 0
+    local bad = bytes:sub(1, cut)
+    if r.chance(0.5) and #bad > 12 then
+      local i = r.int(9, #bad)
+      bad = bad:sub(1, i - 1) .. string.char(r.int(0, 255)) .. bad:sub(i + 1)
+    end
+    local f = io.open(S.tmpdir .. "/bad.safetensors", "wb")
+    if f then f:write(bad); f:close() end
+    return S.tmpdir .. "/bad.safetensors"
+  end
+  return r.chance(0.9) and p or anyval(S)
+end, { "load_safetensors" })
+op(1, function(S)
+  local r = S.r
+  local opts = {}
+  for _, k in ipairs { "precision", "threshold", "edgeitems", "linewidth", "sci_mode", "profile" } do
+    if r.chance(0.3) then
+      opts[k] = k == "profile" and (r.chance(0.8) and r.pick({ "default", "short", "full" }) or anyval(S))
+        or k == "sci_mode" and (r.chance(0.8) and r.chance(0.5) or anyval(S))
+        or (r.chance(0.7) and r.int(0, 10) or anyval(S))
+    end
+  end
+  if r.chance(0.1) then opts = anyval(S) end
+  -- the options are process-wide: set, print something, restore
+  local function set_print_restore(o)
+    local saved = attn.get_printoptions()
+    local ok, err = pcall(attn.set_printoptions, o)
+    local ok2, err2 = pcall(tostring, attn.ones(2, 3))
+    attn.set_printoptions(saved)
+    if not ok then error(err, 0) end
+    if not ok2 then error(err2, 0) end
+  end
+  return set_print_restore, pack(opts), "attn.set_printoptions", { "set_printoptions" }
+end)
 fn_op("load", 2, function(S)
   local r = S.r
   local p = tmp_path(S, ".npy")
@@ -679,7 +733,19 @@ op(8, function(S)
     local g = r.pick({ "eval", "state_dict", "parameters", "named_parameters", "num_parameters", "state_dict_keys" })
     return m[g], pack(m), "(" .. msrc .. ")." .. g, { cls, g }
   end
-  if c == 8 then return tostring, pack(m), "tostring", { cls } end
+  if c == 8 then
+    local g = r.int(1, 4)
+    if g == 1 then return tostring, pack(m), "tostring", { cls } end
+    local path = r.chance(0.9) and tmp_path(S, ".safetensors") or anyval(S)
+    if type(path) == "string" and path:sub(1, 1) ~= "/" then path = S.tmpdir .. "/" .. path end
+    if g == 2 then return m.save, pack(m, path), "(" .. msrc .. "):save", { cls, "save" } end
+    if g == 3 then return m.load, pack(m, path, r.chance(0.8) and nil or anyval(S)), "(" .. msrc .. "):load", { cls, "load" } end
+    -- forward asking for the weights (the attention modules), or with a bad option table
+    local d = width(m)
+    local x = fresh(S, { r.int(1, 2), r.int(0, 5), r.chance(0.9) and d or r.int(0, 7) }, "rand")
+    local o = r.chance(0.8) and { need_weights = r.chance(0.9) and r.chance(0.5) or anyval(S) } or anyval(S)
+    return m.forward, pack(m, x, o), "(" .. msrc .. ").forward", { cls }
+  end
   -- load_state_dict: from itself, another module, a mutated dict, garbage
   local other = r.pick(S.mods)
   local d = other:state_dict()
