@@ -391,7 +391,9 @@ fn_op("save_safetensors", 2, function(S)
   if type(path) == "string" and path:sub(1, 1) ~= "/" then path = S.tmpdir .. "/" .. path end
   local tensors = {}
   for i = 1, r.int(0, 3) do
-    tensors[r.chance(0.9) and ("t" .. i) or anyval(S)] = r.chance(0.9) and pool_tensor(S) or anyval(S)
+    local key = r.chance(0.9) and ("t" .. i) or anyval(S)
+    if key == nil or key ~= key then key = "t" .. i end -- not a valid table key in Lua itself
+    tensors[key] = r.chance(0.9) and pool_tensor(S) or anyval(S)
   end
   if r.chance(0.1) then tensors = anyval(S) end
   local meta = nil
