@@ -6,9 +6,10 @@
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
  *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0:
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
- *     St += bias^T, hidden -> -inf; causal: only blocks that cross the
- *       diagonal are cut (row i keeps keys <= i); blocks wholly above the
- *       diagonal are never visited
+ *     St += bias^T, hidden -> -inf; causal: blocks wholly above the
+ *       diagonal are never visited; in a block that crosses it each group
+ *       of 16 rows stops at its last row's key (scores, softmax and P V all
+ *       end there) and only that group's triangle is cut (row i keeps keys <= i)
  *     m' = max(m, colmax St); Pt = exp(St - m'); a = exp(m - m')
  *     l = a l + colsum Pt; Ot = a Ot; Ot += V_blk^T Pt   micro-kernel
  *   out = Ot^T / l (zeros where every key was hidden)
