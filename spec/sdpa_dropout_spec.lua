@@ -5,6 +5,8 @@ local attn = require "attn"
 describe("scaled_dot_product_attention dropout", function()
   for _, case in ipairs {
     { lq = 100, lk = 120, e = 16, ev = 8, causal = true },
+    -- key blocks past the first (256 keys) that cross the diagonal, and a last query block of 20 rows
+    { lq = 340, lk = 360, e = 8, ev = 8, causal = true },
     { lq = 65, lk = 7, e = 3, ev = 5, causal = false },
     { lq = 1, lk = 300, e = 64, ev = 64, causal = false },
   } do

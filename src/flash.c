@@ -6,9 +6,10 @@
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
  *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0:
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
- *     St += bias^T, hidden -> -inf; causal: only blocks that cross the
- *       diagonal are cut (row i keeps keys <= i); blocks wholly above the
- *       diagonal are never visited
+ *     St += bias^T, hidden -> -inf; causal: blocks wholly above the
+ *       diagonal are never visited; in a block that crosses it each group
+ *       of 16 rows stops at its last row's key (scores, softmax and P V all
+ *       end there) and only that group's triangle is cut (row i keeps keys <= i)
  *     m' = max(m, colmax St); Pt = exp(St - m'); a = exp(m - m')
  *     l = a l + colsum Pt; Ot = a Ot; Ot += V_blk^T Pt   micro-kernel
  *   out = Ot^T / l (zeros where every key was hidden)
@@ -263,77 +264,112 @@ static void bias_mask_row(const flash_ctx *c, int64_t bi, int64_t i, int64_t k0,
   }
 }
 
+/* One work item's state: its slice, its rows and its scratch tiles. */
+typedef struct flash_item {
+  int64_t bi, r0, rows;          /* slice, first query row, rows (<= BQ) */
+  const float *kb, *vb;          /* the slice's K and V */
+  int64_t sk0, sk1, sv0, sv1;    /* their row and column strides */
+  float *qt, *st, *ot, *m, *l, *a, *f;
+} flash_item;
+
+/* One online-softmax step of the padded rows [g0, g0 + n_p) (n_p a multiple
+ * of 16) over the keys [k0, k0 + kn): scores, bias/mask, causal cut, softmax,
+ * dropout, Ot = a Ot + V^T P. Each micro-tile's sums run in a fixed order. */
+static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_t n_p, int64_t k0, int64_t kn) {
+  int64_t r0 = t->r0, ev = c->p.ev;
+  float *st = t->st;
+  /* St = K_blk Qt */
+  if (c->p.e > 0) {
+    gemm_t(t->qt + g0, c->p.e, n_p, t->kb + k0 * t->sk0, t->sk1, t->sk0, kn, st + g0, 0);
+  } else {
+    for (int64_t j = 0; j < kn; j++) memset(st + j * BQ + g0, 0, (size_t)n_p * sizeof(float));
+  }
+  int64_t i_end = g0 + n_p < t->rows ? g0 + n_p : t->rows; /* real (not padded) rows */
+  if (c->p.has_bias || c->p.has_mask)
+    for (int64_t i = g0; i < i_end; i++) bias_mask_row(c, t->bi, r0 + i, k0, kn, st + i);
+  if (c->causal && k0 + kn - 1 > r0 + g0) /* the keys cross the diagonal: row i keeps keys <= i */
+    for (int64_t j = 0; j < kn; j++)
+      for (int64_t i = g0; i < g0 + n_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
+  for (int64_t g = g0; g < g0 + n_p; g += MR) softmax_step16(st + g, kn, t->m + g, t->l + g, t->a + g);
+  if (c->o->dropout_p > 0.0) {
+    for (int64_t i = g0; i < i_end; i++) {
+      attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (t->bi * c->p.lq + r0 + i) * c->p.lk + k0, kn, t->f);
+      for (int64_t j = 0; j < kn; j++) st[j * BQ + i] *= t->f[j];
+    }
+  }
+  /* Ot = a Ot + V_blk^T Pt */
+  for (int64_t d = 0; d < ev; d++) {
+    float *od = t->ot + d * BQ;
+    for (int64_t i = g0; i < g0 + n_p; i++) od[i] *= t->a[i];
+  }
+  gemm_t(st + g0, kn, n_p, t->vb + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, 1);
+}
+
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
   int64_t lq = c->p.lq, lk = c->p.lk, e = c->p.e, ev = c->p.ev;
-  int64_t bi = item / c->nqblk;
-  /* the last query blocks first: under causal masking they have the most keys */
-  int64_t r0 = (c->nqblk - 1 - item % c->nqblk) * BQ;
-  int64_t rows = lq - r0 < BQ ? lq - r0 : BQ;
-  int64_t rows_p = (rows + MR - 1) / MR * MR; /* padded rows: zero queries, never written out */
   int nb = c->p.nbatch;
-  float *qt = w, *st = w + c->off_s, *ot = w + c->off_o;
-  float *mrow = w + c->off_m, *lrow = w + c->off_l, *arow = w + c->off_a;
+  flash_item t;
+  t.bi = item / c->nqblk;
+  /* the last query blocks first: under causal masking they have the most keys */
+  t.r0 = (c->nqblk - 1 - item % c->nqblk) * BQ;
+  t.rows = lq - t.r0 < BQ ? lq - t.r0 : BQ;
+  int64_t r0 = t.r0, rows = t.rows;
+  int64_t rows_p = (rows + MR - 1) / MR * MR; /* padded rows: zero queries, never written out */
+  t.qt = w;
+  t.st = w + c->off_s;
+  t.ot = w + c->off_o;
+  t.m = w + c->off_m;
+  t.l = w + c->off_l;
+  t.a = w + c->off_a;
+  t.f = w + c->off_f;
 
-  const float *q = c->p.q.data + batch_offset(c, &c->p.q, bi);
+  const float *q = c->p.q.data + batch_offset(c, &c->p.q, t.bi);
   int64_t sq0 = c->p.q.stride[nb], sq1 = c->p.q.stride[nb + 1];
   float scale = c->scale;
   for (int64_t d = 0; d < e; d++) {
-    for (int64_t i = 0; i < rows; i++) qt[d * BQ + i] = q[(r0 + i) * sq0 + d * sq1] * scale;
-    for (int64_t i = rows; i < rows_p; i++) qt[d * BQ + i] = 0.0f;
+    for (int64_t i = 0; i < rows; i++) t.qt[d * BQ + i] = q[(r0 + i) * sq0 + d * sq1] * scale;
+    for (int64_t i = rows; i < rows_p; i++) t.qt[d * BQ + i] = 0.0f;
   }
   for (int64_t i = 0; i < rows_p; i++) {
-    mrow[i] = -INFINITY;
-    lrow[i] = 0.0f;
+    t.m[i] = -INFINITY;
+    t.l[i] = 0.0f;
   }
-  for (int64_t d = 0; d < ev; d++) memset(ot + d * BQ, 0, (size_t)rows_p * sizeof(float));
+  for (int64_t d = 0; d < ev; d++) memset(t.ot + d * BQ, 0, (size_t)rows_p * sizeof(float));
 
   /* keys [0, kend): causal rows r0 .. r0 + rows - 1 see keys up to r0 + rows - 1 */
   int64_t kend = lk;
   if (c->causal && r0 + rows < kend) kend = r0 + rows;
-  const float *kb = c->p.k.data + batch_offset(c, &c->p.k, bi);
-  const float *vb = c->p.v.data + batch_offset(c, &c->p.v, bi);
-  int64_t sk0 = c->p.k.stride[nb], sk1 = c->p.k.stride[nb + 1];
-  int64_t sv0 = c->p.v.stride[nb], sv1 = c->p.v.stride[nb + 1];
+  t.kb = c->p.k.data + batch_offset(c, &c->p.k, t.bi);
+  t.vb = c->p.v.data + batch_offset(c, &c->p.v, t.bi);
+  t.sk0 = c->p.k.stride[nb];
+  t.sk1 = c->p.k.stride[nb + 1];
+  t.sv0 = c->p.v.stride[nb];
+  t.sv1 = c->p.v.stride[nb + 1];
 
   for (int64_t k0 = 0; k0 < kend; k0 += BK) {
     int64_t bk = kend - k0 < BK ? kend - k0 : BK;
-    /* St = K_blk Qt */
-    if (e > 0) {
-      gemm_t(qt, e, rows_p, kb + k0 * sk0, sk1, sk0, bk, st, 0);
-    } else {
-      for (int64_t j = 0; j < bk; j++) memset(st + j * BQ, 0, (size_t)rows_p * sizeof(float));
-    }
-    if (c->p.has_bias || c->p.has_mask)
-      for (int64_t i = 0; i < rows; i++) bias_mask_row(c, bi, r0 + i, k0, bk, st + i);
-    if (c->causal && k0 + bk - 1 > r0) /* the block crosses the diagonal: row i keeps keys <= i */
-      for (int64_t j = 0; j < bk; j++)
-        for (int64_t i = 0; i < rows_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
-    /* online softmax, 16 rows at a time */
-    for (int64_t g = 0; g < rows_p; g += MR) softmax_step16(st + g, bk, mrow + g, lrow + g, arow + g);
-    if (c->o->dropout_p > 0.0) {
-      float *f = w + c->off_f;
-      for (int64_t i = 0; i < rows; i++) {
-        attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * lq + r0 + i) * lk + k0, bk, f);
-        for (int64_t j = 0; j < bk; j++) st[j * BQ + i] *= f[j];
+    if (c->causal && k0 + bk - 1 > r0) {
+      /* a block that crosses the diagonal: the 16 rows from g need only the
+       * keys < r0 + g + 16, so each group stops there (scores, softmax and
+       * P V), instead of computing the whole rectangle and cutting it */
+      for (int64_t g = 0; g < rows_p; g += MR) {
+        int64_t kg = r0 + g + MR - k0 < bk ? r0 + g + MR - k0 : bk;
+        if (kg > 0) key_step(c, &t, g, MR, k0, kg); /* kg <= 0: every key is hidden, nothing changes */
       }
+    } else {
+      key_step(c, &t, 0, rows_p, k0, bk);
     }
-    /* Ot = a Ot + V_blk^T Pt */
-    for (int64_t d = 0; d < ev; d++) {
-      float *od = ot + d * BQ;
-      for (int64_t i = 0; i < rows_p; i++) od[i] *= arow[i];
-    }
-    gemm_t(st, bk, rows_p, vb + k0 * sv0, sv0, sv1, ev, ot, 1);
   }
   /* out = Ot^T / l; rows with every key hidden are zeros */
-  float *o = c->out->data + (bi * lq + r0) * ev;
+  float *o = c->out->data + (t.bi * lq + r0) * ev;
   for (int64_t i = 0; i < rows; i++) {
     float *oi = o + i * ev;
-    float l = lrow[i];
-    if (mrow[i] == -INFINITY) {
+    float l = t.l[i];
+    if (t.m[i] == -INFINITY) {
       memset(oi, 0, (size_t)ev * sizeof(float));
     } else {
-      for (int64_t d = 0; d < ev; d++) oi[d] = ot[d * BQ + i] / l;
+      for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i] / l;
     }
   }
 }
