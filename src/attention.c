@@ -152,6 +152,11 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
   }
   if (c->o->is_causal)
     for (int64_t j = i + 1; j < lk; j++) s[j] = -INFINITY;
+  attn_softmax_dropout_row(s, lk, c->o->dropout_p, c->o->dropout_draw, (bi * c->p.lq + i) * lk, f);
+}
+
+void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+                              float *f) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < lk; j++) {
     if (s[j] > mx || s[j] != s[j]) mx = s[j];
@@ -169,8 +174,8 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
   }
   float inv = (float)(1.0 / sum);
   for (int64_t j = 0; j < lk; j++) s[j] *= inv;
-  if (c->o->dropout_p > 0.0) {
-    attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (bi * c->p.lq + i) * lk, lk, f);
+  if (dropout_p > 0.0) {
+    attn_dropout_factors(dropout_draw, dropout_p, position, lk, f);
     for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
   }
 }

@@ -53,4 +53,12 @@ attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const at
 attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                            const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights);
 
+/* The math kernel's softmax of one score row s [lk] in place (max subtracted,
+ * exp summed in double, one reciprocal), then dropout: factors of the
+ * positions position .. position + lk - 1 of the call's mask (f [lk] is
+ * scratch). A row with every key hidden (-inf) becomes zeros. The fused
+ * module forward uses it too, so both give the same bits. */
+void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+                              float *f);
+
 #endif

@@ -44,34 +44,6 @@ static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const 
   }
 }
 
-/* Softmax row of the math kernel (attention.c score_row) for a causal row i
- * of slice bi: s [lk] in place, f [lk] scratch for dropout factors. */
-static void causal_softmax_row(const attn_self_attention *m, int64_t bi, int64_t lq, int64_t i, float *s, int64_t lk,
-                               float *f) {
-  for (int64_t j = i + 1; j < lk; j++) s[j] = -INFINITY;
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < lk; j++) {
-    if (s[j] > mx || s[j] != s[j]) mx = s[j];
-    if (mx != mx) break;
-  }
-  if (mx == -INFINITY) {
-    memset(s, 0, (size_t)lk * sizeof(float));
-    return;
-  }
-  double sum = 0.0;
-  for (int64_t j = 0; j < lk; j++) {
-    float e = expf(s[j] - mx);
-    s[j] = e;
-    sum += (double)e;
-  }
-  float inv = (float)(1.0 / sum);
-  for (int64_t j = 0; j < lk; j++) s[j] *= inv;
-  if (m->dropout_p > 0.0) {
-    attn_dropout_factors(m->dropout_draw, m->dropout_p, (bi * lq + i) * lk, lk, f);
-    for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
-  }
-}
-
 static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has_out_proj) {
   /* scratch: qkv [n, 3*d_out], ctx [n, d_out], s [n], f [n], qs [d_out] */
   if (n > TINY_FLOATS || d_in > TINY_FLOATS || d_out > TINY_FLOATS) return 0;
@@ -106,7 +78,8 @@ static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, att
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        causal_softmax_row(m, bi, n, i, s, n, f);
+        for (int64_t j = i + 1; j < n; j++) s[j] = -INFINITY; /* causal */
+        attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f);
         float *ci = c + i * d_out + col;
         for (int64_t d = 0; d < hd; d++) {
           float acc = 0.0f;
