@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "npy.h"
 
 #define MAGIC "\x93NUMPY"
@@ -19,13 +20,6 @@
  * header of 8 dims is far below this bound. */
 #define MAX_HEADER (1 << 20)
 #define CHUNK 4096
-
-static int host_is_little_endian(void) {
-  const uint16_t one = 1;
-  unsigned char b;
-  memcpy(&b, &one, 1);
-  return b == 1;
-}
 
 static attn_status file_error(const char *path, const char *what) {
   return attn_fail(ATTN_EARG, "cannot %s '%s': %s", what, path, strerror(errno));
@@ -202,24 +196,13 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
 
 /* Open path for reading and return its size, refusing what is not a regular file. */
 static FILE *open_regular(const char *path, int64_t *file_size) {
-  struct stat sb;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    file_error(path, "open");
-    return NULL;
-  }
-  if (fstat(fileno(f), &sb) != 0) {
-    file_error(path, "stat");
-    fclose(f);
-    return NULL;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    attn_fail(ATTN_EARG, "cannot read '%s': not a regular file", path);
-    fclose(f);
-    return NULL;
-  }
-  *file_size = (int64_t)sb.st_size;
-  return f;
+  attn_file_problem why;
+  FILE *f = attn_fopen_regular(path, file_size, &why);
+  if (f) return f;
+  if (why == ATTN_FILE_CANNOT_OPEN) file_error(path, "open");
+  else if (why == ATTN_FILE_CANNOT_STAT) file_error(path, "stat");
+  else attn_fail(ATTN_EARG, "cannot read '%s': not a regular file", path);
+  return NULL;
 }
 
 attn_status attn_npy_read_header(const char *path, attn_npy_info *info) {
@@ -267,21 +250,6 @@ attn_status attn_npy_read_header(const char *path, attn_npy_info *info) {
   return st;
 }
 
-static uint32_t load_u32le(const unsigned char *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t load_u64le(const unsigned char *b) {
-  return (uint64_t)load_u32le(b) | (uint64_t)load_u32le(b + 4) << 32;
-}
-
-static float f64_to_f32(double d) {
-  /* as NumPy's astype(float32): values beyond float's range become +-inf */
-  if (d > (double)FLT_MAX) return INFINITY;
-  if (d < -(double)FLT_MAX) return -INFINITY;
-  return (float)d;
-}
-
 attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, float *out) {
   int64_t file_size;
   FILE *f = open_regular(path, &file_size);
@@ -292,7 +260,7 @@ attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, floa
   } else if (fseeko(f, (off_t)info->data_offset, SEEK_SET) != 0) {
     st = file_error(path, "seek in");
   } else if (info->dtype == ATTN_NPY_F4) {
-    int le = host_is_little_endian();
+    int le = attn_host_is_little_endian();
     int64_t done = 0;
     unsigned char raw[CHUNK * 4];
     while (done < info->numel && st == ATTN_OK) {
@@ -303,7 +271,7 @@ attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, floa
         st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
       } else {
         for (size_t i = 0; i < n; i++) {
-          uint32_t u = load_u32le(raw + 4 * i);
+          uint32_t u = attn_load_u32le(raw + 4 * i);
           memcpy(out + done + (int64_t)i, &u, 4);
         }
       }
@@ -319,10 +287,10 @@ attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, floa
         break;
       }
       for (size_t i = 0; i < n; i++) {
-        uint64_t u = load_u64le(raw + 8 * i);
+        uint64_t u = attn_load_u64le(raw + 8 * i);
         double d;
         memcpy(&d, &u, 8);
-        out[done + (int64_t)i] = f64_to_f32(d);
+        out[done + (int64_t)i] = attn_f64_to_f32(d);
       }
       done += (int64_t)n;
     }
@@ -355,7 +323,7 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t) {
   int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n;
 
   int64_t numel = attn_numel(t);
-  int le = host_is_little_endian();
+  int le = attn_host_is_little_endian();
   if (ok && numel > 0) {
     if (attn_is_contiguous(t) && le) {
       ok = fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;

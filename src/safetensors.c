@@ -13,17 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "safetensors.h"
 
 #define CHUNK 4096
 #define NAME_SHOWN 200 /* bytes of a name shown in a message */
-
-static int host_is_little_endian(void) {
-  const uint16_t one = 1;
-  unsigned char b;
-  memcpy(&b, &one, 1);
-  return b == 1;
-}
 
 static attn_status file_error(const char *path, const char *what) {
   return attn_fail(ATTN_EARG, "%s: cannot %s the file: %s", path, what, strerror(errno));
@@ -31,30 +25,15 @@ static attn_status file_error(const char *path, const char *what) {
 
 /* Open path for reading and return its size, refusing what is not a regular file. */
 static FILE *open_regular(const char *path, int64_t *file_size) {
-  struct stat sb;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    file_error(path, "open");
-    return NULL;
-  }
-  if (fstat(fileno(f), &sb) != 0) {
-    file_error(path, "stat");
-    fclose(f);
-    return NULL;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    attn_fail(ATTN_EARG, "%s: cannot read it: not a regular file%s", path, S_ISDIR(sb.st_mode) ? " (a directory)" : "");
-    fclose(f);
-    return NULL;
-  }
-  *file_size = (int64_t)sb.st_size;
-  return f;
-}
-
-static uint64_t load_u64le(const unsigned char *b) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
-  return v;
+  attn_file_problem why;
+  FILE *f = attn_fopen_regular(path, file_size, &why);
+  if (f) return f;
+  if (why == ATTN_FILE_CANNOT_OPEN) file_error(path, "open");
+  else if (why == ATTN_FILE_CANNOT_STAT) file_error(path, "stat");
+  else
+    attn_fail(ATTN_EARG, "%s: cannot read it: not a regular file%s", path,
+              why == ATTN_FILE_IS_DIRECTORY ? " (a directory)" : "");
+  return NULL;
 }
 
 attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t *file_size) {
@@ -68,7 +47,7 @@ attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t 
   if (got < 8)
     return attn_fail(ATTN_EARG, "%s: truncated: %lu bytes, too short for the 8-byte header length of a "
                      "safetensors file", path, (unsigned long)got);
-  uint64_t n = load_u64le(pre);
+  uint64_t n = attn_load_u64le(pre);
   if (n > ATTN_ST_MAX_HEADER)
     return attn_fail(ATTN_EARG, "%s: not a safetensors file: its header length %llu is absurd (more than %d bytes)",
                      path, (unsigned long long)n, ATTN_ST_MAX_HEADER);
@@ -481,10 +460,6 @@ attn_status attn_st_parse(const char *path, const unsigned char *buf, size_t len
 
 /* ---- data --------------------------------------------------------------- */
 
-static uint32_t load_u32le(const unsigned char *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
 static float f16_to_f32(uint16_t h) {
   int sign = h >> 15, exp = h >> 10 & 0x1f, man = h & 0x3ff;
   float v;
@@ -501,26 +476,19 @@ static float bf16_to_f32(uint16_t h) {
   return v;
 }
 
-static float f64_to_f32(double d) {
-  /* as torch's .float(): values beyond float's range become +-inf */
-  if (d > (double)FLT_MAX) return INFINITY;
-  if (d < -(double)FLT_MAX) return -INFINITY;
-  return (float)d;
-}
-
 static float convert(attn_st_dtype dtype, const unsigned char *b) {
   switch (dtype) {
   case ATTN_ST_F64: {
-    uint64_t u = load_u64le(b);
+    uint64_t u = attn_load_u64le(b);
     double d;
     memcpy(&d, &u, 8);
-    return f64_to_f32(d);
+    return attn_f64_to_f32(d);
   }
   case ATTN_ST_F16: return f16_to_f32((uint16_t)(b[0] | b[1] << 8));
   case ATTN_ST_BF16: return bf16_to_f32((uint16_t)(b[0] | b[1] << 8));
   case ATTN_ST_F32:
   default: {
-    uint32_t u = load_u32le(b);
+    uint32_t u = attn_load_u32le(b);
     float v;
     memcpy(&v, &u, 4);
     return v;
@@ -534,7 +502,7 @@ attn_status attn_st_read_data(const char *path, uint64_t header_len, const attn_
   if (!f) return ATTN_EARG;
   int64_t base = 8 + (int64_t)header_len;
   attn_status st = ATTN_OK;
-  int le = host_is_little_endian();
+  int le = attn_host_is_little_endian();
   unsigned char raw[CHUNK * 8];
   for (int64_t i = 0; i < n && st == ATTN_OK; i++) {
     const attn_st_entry *e = &entries[i];
@@ -630,7 +598,7 @@ static attn_status check_utf8(const char *path, const char *what, const char *s,
 static int write_tensor(FILE *f, const attn_tensor *t) {
   int64_t numel = attn_numel(t);
   if (numel == 0) return 1;
-  if (attn_is_contiguous(t) && host_is_little_endian()) return fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;
+  if (attn_is_contiguous(t) && attn_host_is_little_endian()) return fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;
   unsigned char raw[CHUNK * 4];
   int64_t idx[ATTN_MAX_DIMS] = {0};
   size_t k = 0;

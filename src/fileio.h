@@ -1,0 +1,27 @@
+/* What the file formats (npy.c, safetensors.c) share: byte order, little-endian
+ * loads, float64 narrowing and opening a regular file for reading. Each format
+ * words its own error messages. */
+#ifndef ATTN_FILEIO_H
+#define ATTN_FILEIO_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+int attn_host_is_little_endian(void);
+uint32_t attn_load_u32le(const unsigned char *b);
+uint64_t attn_load_u64le(const unsigned char *b);
+/* float32 of d; beyond float's range +-inf, as NumPy's astype and torch's .float(). */
+float attn_f64_to_f32(double d);
+
+typedef enum {
+  ATTN_FILE_CANNOT_OPEN,  /* fopen failed (errno says why) */
+  ATTN_FILE_CANNOT_STAT,  /* fstat failed (errno says why) */
+  ATTN_FILE_NOT_REGULAR,  /* a device, a pipe, ... */
+  ATTN_FILE_IS_DIRECTORY
+} attn_file_problem;
+
+/* path opened "rb" and its size in bytes; NULL (nothing left open) with
+ * *problem set when it cannot be opened or is not a regular file. */
+FILE *attn_fopen_regular(const char *path, int64_t *size, attn_file_problem *problem);
+
+#endif
