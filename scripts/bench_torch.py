@@ -18,6 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from export_torch import MultiHeadAttention  # notebook 002's class, scaled by the head width
+
 
 def best_ms(fn, reps):
     fn()
@@ -52,29 +54,6 @@ class CausalAttention(nn.Module):  # notebook 002
         s.masked_fill_(self.mask.bool()[:n, :n], -torch.inf)
         w = self.dropout(torch.softmax(s / keys.shape[-1] ** 0.5, dim=-1))
         return w @ values
-
-
-class MultiHeadAttention(nn.Module):  # notebook 002, scaled by the head width
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        k = self.W_key(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        q = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        v = self.W_value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        s = q @ k.transpose(2, 3)
-        s.masked_fill_(self.mask.bool()[:n, :n], -torch.inf)
-        w = self.dropout(torch.softmax(s / self.head_dim ** 0.5, dim=-1))
-        ctx = (w @ v).transpose(1, 2).contiguous().view(b, n, self.d_out)
-        return self.out_proj(ctx)
 
 
 def main():
