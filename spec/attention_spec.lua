@@ -12,19 +12,7 @@ local NAME = "attn.scaled_dot_product_attention"
 local TOL = 2e-6
 
 -- Deterministic pseudo-random values in [-1, 1) from a Lua LCG (not attn's RNG).
-local function lcg_tensor(seed, ...)
-  local shape = {...}
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local state = seed
-  local data = {}
-  for i = 1, n do
-    state = (state * 1103515245 + 12345) % 2147483648
-    data[i] = state / 1073741824 - 1
-  end
-  if n == 0 then return attn.zeros(shape) end
-  return attn.tensor(data):view(shape)
-end
+local function lcg_tensor(seed, ...) return C.lcg_tensor(seed, 1, ...) end
 
 -- The float32 bits of every element, as one hex string.
 local function bits(t)
@@ -214,14 +202,7 @@ describe("attention properties", function()
       local o3 = attn.scaled_dot_product_attention(gen(6, 2, 200, 64), gen(7, 2, 200, 64), gen(8, 2, 200, 64))
       io.write(hex(o1), ":", hex(w1), ":", hex(o2), ":", hex(o3), "\nEND\n")
     ]]
-    local function run(threads)
-      local f = assert(io.popen("OMP_NUM_THREADS=" .. threads .. " scripts/attn-lua -e '" .. script .. "' 2>&1"))
-      local text = f:read("a")
-      f:close()
-      assert(text:find("\nEND\n", 1, true), "subprocess failed: " .. text:sub(1, 300))
-      return text:match("^([^\n]*)")
-    end
-    local one, two = run(1), run(2)
+    local one, two = C.run_with_threads(1, script), C.run_with_threads(2, script)
     assert.is_true(#one > 1000)
     assert.equal(one, two)
   end)

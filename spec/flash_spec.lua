@@ -9,20 +9,7 @@ local C = dofile("spec/fixtures/tensor_check.lua")
 local sdpa = attn.scaled_dot_product_attention
 local ATOL, RTOL = 1e-5, 5e-6
 
--- Deterministic pseudo-random values in [-1, 1) * amp from a Lua LCG.
-local function lcg_tensor(seed, amp, ...)
-  local shape = {...}
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local state = seed
-  local data = {}
-  for i = 1, n do
-    state = (state * 1103515245 + 12345) % 2147483648
-    data[i] = (state / 1073741824 - 1) * amp
-  end
-  if n == 0 then return attn.zeros(shape) end
-  return attn.tensor(data):view(shape)
-end
+local lcg_tensor = C.lcg_tensor -- values in [-1, 1) * amp from a Lua LCG
 
 -- flash within ATOL + RTOL |math| of math, NaN exactly where math has NaN.
 local function same_as_math(q, k, v, opts, what)
@@ -139,14 +126,7 @@ describe("flash kernel equals math kernel", function()
       end
       io.write(table.concat(parts), "\nEND\n")
     ]]
-    local function run(threads)
-      local f = assert(io.popen("OMP_NUM_THREADS=" .. threads .. " scripts/attn-lua -e '" .. script .. "' 2>&1"))
-      local text = f:read("a")
-      f:close()
-      assert(text:find("\nEND\n", 1, true), "subprocess failed: " .. text:sub(1, 300))
-      return text:match("^([^\n]*)")
-    end
-    local one, two = run(1), run(2)
+    local one, two = C.run_with_threads(1, script), C.run_with_threads(2, script)
     assert.is_true(#one > 100000)
     assert.equal(one, two)
   end)

@@ -20,11 +20,9 @@ end
 
 -- Values in [-1, 1) from a Lua LCG (not attn's RNG), as a flat list.
 local function lcg(seed, n, lo, hi)
-  local s, d = seed, {}
-  for i = 1, n do
-    s = (s * 1103515245 + 12345) % 2147483648
-    d[i] = s / 1073741824 - 1
-    if lo then d[i] = lo + math.floor((d[i] + 1) / 2 * (hi - lo + 1)) end -- integers in [lo, hi]
+  local d = C.lcg(seed, n)
+  if lo then
+    for i = 1, n do d[i] = lo + math.floor((d[i] + 1) / 2 * (hi - lo + 1)) end -- integers in [lo, hi]
   end
   return d
 end
