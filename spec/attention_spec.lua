@@ -15,11 +15,7 @@ local TOL = 2e-6
 local function lcg_tensor(seed, ...) return C.lcg_tensor(seed, 1, ...) end
 
 -- The float32 bits of every element, as one hex string.
-local function bits(t)
-  local parts = {}
-  for i, x in ipairs(C.flat(t)) do parts[i] = string.format("%08x", string.unpack("<I4", string.pack("<f", x))) end
-  return table.concat(parts)
-end
+local function bits(t) return table.concat(C.bits(t)) end
 
 local function opts_of(c)
   return {mask = c.mask and C.T(c.mask), bias = c.bias and C.T(c.bias), is_causal = c.is_causal, scale = c.scale,

@@ -8,16 +8,8 @@ local attn = require "attn"
 local nn = attn.nn
 local C = dofile("spec/fixtures/tensor_check.lua")
 
-local function bits(t)
-  local parts = {}
-  for i, x in ipairs(C.flat(t)) do parts[i] = string.format("%08x", string.unpack("<I4", string.pack("<f", x))) end
-  return table.concat(parts, " ")
-end
-
-local function assert_same_bits(a, b, what)
-  assert.are.same(a:size(), b:size(), what)
-  assert.are.equal(bits(a), bits(b), what)
-end
+local assert_same_bits = C.same_bits
+local function bits(t) return table.concat(C.bits(t), " ") end
 
 -- the first `k` tokens of [b, n, d] (or [n, d])
 local function first_tokens(t, k) return t:narrow(t:dim() - 1, 1, k) end

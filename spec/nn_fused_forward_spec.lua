@@ -12,16 +12,8 @@ local C = dofile("spec/fixtures/tensor_check.lua")
 
 local fused = core.modules.attention_forward
 
-local function bits(t)
-  local parts = {}
-  for i, x in ipairs(C.flat(t)) do parts[i] = string.format("%08x", string.unpack("<I4", string.pack("<f", x))) end
-  return table.concat(parts, " ")
-end
-
-local function assert_same_bits(a, b, what)
-  assert.are.same(a:size(), b:size(), what)
-  assert.are.equal(bits(a), bits(b), what)
-end
+local assert_same_bits = C.same_bits
+local function bits(t) return table.concat(C.bits(t), " ") end
 
 -- the fused call of a module built by the constructors (nil when it declines)
 local function fused_call(m, x)

@@ -58,11 +58,7 @@ end
 local function causal(i, j) return j > i end
 local function none() return false end
 
-local function bits(t)
-  local p = {}
-  for i, x in ipairs(C.flat(t)) do p[i] = string.format("%08x", string.unpack("<I4", string.pack("<f", x))) end
-  return p
-end
+local bits = C.bits
 
 describe("numerics: large scores", function()
   -- integer q, k: every score (up to 3 * 60 * 60 = 10800) is exact in float32
