@@ -7,15 +7,7 @@ require "attn.assert"
 local expected = dofile("spec/fixtures/npy_expected.lua")
 local DIR = "spec/fixtures/npy/"
 
-local function flat(t)
-  if t:dim() == 0 then return { t:item() } end
-  local out = {}
-  local function walk(x)
-    if type(x) == "table" then for i = 1, #x do walk(x[i]) end else out[#out + 1] = x end
-  end
-  walk(t:totable())
-  return out
-end
+local flat = dofile("spec/fixtures/tensor_check.lua").flat
 
 -- bit-exact against the fixture: -0.0 keeps its sign, infinities match
 local function check_exact(t, fix)

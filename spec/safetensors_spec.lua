@@ -28,15 +28,7 @@ local function write_bytes(path, s)
   f:close()
 end
 
-local function flat(t)
-  if t:dim() == 0 then return { t:item() } end
-  local out = {}
-  local function walk(x)
-    if type(x) == "table" then for i = 1, #x do walk(x[i]) end else out[#out + 1] = x end
-  end
-  walk(t:totable())
-  return out
-end
+local flat = dofile("spec/fixtures/tensor_check.lua").flat
 
 -- bit-exact: NaN matches NaN, zeros keep their sign
 local function check_exact(t, shape, data)
