@@ -320,45 +320,7 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t) {
   if (!f) return attn_fail(ATTN_EARG, "cannot open '%s' for writing: %s", path, strerror(errno));
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff),
                            (unsigned char)(n >> 8)};
-  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n;
-
-  int64_t numel = attn_numel(t);
-  int le = attn_host_is_little_endian();
-  if (ok && numel > 0) {
-    if (attn_is_contiguous(t) && le) {
-      ok = fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;
-    } else {
-      unsigned char raw[CHUNK * 4];
-      int64_t idx[ATTN_MAX_DIMS] = {0};
-      size_t k = 0;
-      for (int64_t e = 0; e < numel && ok; e++) {
-        float v = *attn_at(t, idx);
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        raw[4 * k] = (unsigned char)u;
-        raw[4 * k + 1] = (unsigned char)(u >> 8);
-        raw[4 * k + 2] = (unsigned char)(u >> 16);
-        raw[4 * k + 3] = (unsigned char)(u >> 24);
-        if (++k == CHUNK || e + 1 == numel) {
-          ok = fwrite(raw, 4, k, f) == k;
-          k = 0;
-        }
-        for (int d = t->ndim - 1; d >= 0; d--) {
-          if (++idx[d] < t->size[d]) break;
-          idx[d] = 0;
-        }
-      }
-    }
-  }
-  int werr = errno;
-  if (fclose(f) != 0 && ok) {
-    ok = 0;
-    werr = errno;
-  }
-  if (!ok) {
-    remove(path);
-    errno = werr;
-    return file_error(path, "write");
-  }
+  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n && attn_write_f32le(f, t);
+  if (!attn_finish_write(f, path, ok)) return file_error(path, "write");
   return ATTN_OK;
 }

@@ -595,30 +595,6 @@ static attn_status check_utf8(const char *path, const char *what, const char *s,
   return attn_fail(ATTN_EARG, "%s: %s '%.*s' is not valid UTF-8 (JSON strings must be)", path, what, shown(n), s);
 }
 
-static int write_tensor(FILE *f, const attn_tensor *t) {
-  int64_t numel = attn_numel(t);
-  if (numel == 0) return 1;
-  if (attn_is_contiguous(t) && attn_host_is_little_endian()) return fwrite(t->data, 4, (size_t)numel, f) == (size_t)numel;
-  unsigned char raw[CHUNK * 4];
-  int64_t idx[ATTN_MAX_DIMS] = {0};
-  size_t k = 0;
-  for (int64_t e = 0; e < numel; e++) {
-    float v = *attn_at(t, idx);
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    for (int j = 0; j < 4; j++) raw[4 * k + (size_t)j] = (unsigned char)(u >> (8 * j));
-    if (++k == CHUNK || e + 1 == numel) {
-      if (fwrite(raw, 4, k, f) != k) return 0;
-      k = 0;
-    }
-    for (int d = t->ndim - 1; d >= 0; d--) {
-      if (++idx[d] < t->size[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return 1;
-}
-
 attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n, const attn_st_meta *meta,
                           int64_t n_meta) {
   attn_status st;
@@ -680,16 +656,7 @@ attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n
   for (int j = 0; j < 8; j++) pre[j] = (unsigned char)((uint64_t)b.n >> (8 * j));
   int ok = fwrite(pre, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
   free(b.p);
-  for (int64_t i = 0; i < n && ok; i++) ok = write_tensor(f, items[i].t);
-  int werr = errno;
-  if (fclose(f) != 0 && ok) {
-    ok = 0;
-    werr = errno;
-  }
-  if (!ok) {
-    remove(path);
-    errno = werr;
-    return file_error(path, "write");
-  }
+  for (int64_t i = 0; i < n && ok; i++) ok = attn_write_f32le(f, items[i].t);
+  if (!attn_finish_write(f, path, ok)) return file_error(path, "write");
   return ATTN_OK;
 }
