@@ -153,18 +153,18 @@ local profiles = {
 }
 
 -- Validated options over `base`: `opts`' profile first, then its fields.
-local function merge_opts(fname, opts, base, level)
+local function merge_opts(fname, argn, opts, base, level)
   local o = {}
   for k, v in pairs(base) do o[k] = v end
   if opts == nil then return o end
   if type(opts) ~= "table" then
-    error(fname .. ": bad argument #" .. (fname == "attn.format" and 2 or 1) .. " 'opts' (expected a table, got "
+    error(fname .. ": bad argument #" .. argn .. " 'opts' (expected a table, got "
       .. type(opts) .. ")", level)
   end
   for k, v in pairs(opts) do
     local want = opt_types[k]
     if want == nil then
-      error(fname .. ": bad argument #" .. (fname == "attn.format" and 2 or 1) .. " 'opts' (unknown option '"
+      error(fname .. ": bad argument #" .. argn .. " 'opts' (unknown option '"
         .. tostring(k) .. "'; expected precision, threshold, edgeitems, linewidth, sci_mode or profile)", level)
     end
     local ok
@@ -196,7 +196,7 @@ local function merge_opts(fname, opts, base, level)
 end
 
 local function check_opts(opts)
-  return merge_opts("attn.format", opts, M.defaults, 4)
+  return merge_opts("attn.format", 2, opts, M.defaults, 4)
 end
 
 -- Set the print options (attn.set_printoptions, documented in init.lua) every later `tostring(t)` uses, as
@@ -209,7 +209,7 @@ function M.set_printoptions(opts)
   if opts == nil then
     error("attn.set_printoptions: bad argument #1 'opts' (expected a table, got no value)", 2)
   end
-  local o = merge_opts("attn.set_printoptions", opts, M.defaults, 3)
+  local o = merge_opts("attn.set_printoptions", 1, opts, M.defaults, 3)
   o.sci_mode = opts.sci_mode
   M.defaults = o
 end
