@@ -268,7 +268,6 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
-  if (!isfinite(opts->scale)) return attn_fail(ATTN_EARG, "scale must be finite, got %g", (double)opts->scale);
   if (opts->mask) {
     int64_t at[ATTN_MAX_DIMS];
     float bad;
@@ -287,6 +286,9 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
   p->e = q->size[q->ndim - 1];
   p->lk = k->size[k->ndim - 2];
   p->ev = v->size[v->ndim - 1];
+  /* with E = 0 no score is scaled (the default 1/sqrt(0) is inf) */
+  if (p->e > 0 && !isfinite(opts->scale))
+    return attn_fail(ATTN_EARG, "scale must be finite in float32, got %g", (double)opts->scale);
   char b1[200], b2[200];
   if (!check_out(out, p->nbatch, p->batch, p->lq, p->ev))
     return attn_fail(ATTN_ESHAPE, "out must be contiguous %s, got %s", attn_sizes_str(ondim, osize, b1, sizeof b1),

@@ -206,7 +206,7 @@ attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in
     return attn_fail(ATTN_EARG, "d_out (%lld) must be divisible by heads (%lld)", (long long)d_out, (long long)m->heads);
   if (!(m->dropout_p >= 0.0 && m->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", m->dropout_p);
-  if (!isfinite(m->scale)) return attn_fail(ATTN_EARG, "scale must be finite, got %g", (double)m->scale);
+  if (d_out > 0 && !isfinite(m->scale)) return attn_fail(ATTN_EARG, "scale must be finite, got %g", (double)m->scale);
   return ATTN_OK;
 }
 
