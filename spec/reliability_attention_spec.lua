@@ -330,6 +330,21 @@ describe("item 13: the modules' mask buffer takes effect", function()
     end
   end)
 
+  it("a loaded mask at a size where the fused forward takes the flash kernel (n = 260)", function()
+    attn.manual_seed(8)
+    local n = 260
+    local m = nn.MultiHeadAttention(8, 16, n, 0.0, 2)
+    m:eval()
+    -- a band of width 3, row 100 hidden entirely
+    local function hidden(i, j) return i == 100 or j > i or j < i - 3 end
+    m.mask:copy_(from_fn(n, n, function(i, j) return hidden(i, j) and 1 or 0 end))
+    local x = attn.rand(1, n, 8)
+    local y = m(x)
+    C.same_bits(y, m:forward_modules(x), "fused vs module path")
+    close_to(y, ref_module(m, x, hidden, 2, 1 / math.sqrt(8)), 1e-5, "double reference")
+    C.same_bits(y:select(2, 100), m.out_proj.bias:view(1, 16), "hidden row = out_proj's bias")
+  end)
+
   it("an in-place edit of m.mask takes effect (CausalAttention, MultiHeadAttention, wrapper heads)", function()
     attn.manual_seed(21)
     local ca = nn.CausalAttention(3, 2, 6, 0.0)
