@@ -136,8 +136,8 @@ static int64_t batch_offset(const sdpa_ctx *c, const attn_tensor *t, int64_t bi)
 }
 
 /* Bias, mask, softmax and dropout of row i of slice bi, in place on s [Lk];
- * f [Lk] is scratch for the dropout factors. */
-static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float *f) {
+ * f [Lk] is scratch for the dropout factors. 1 when every key is hidden. */
+static int score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float *f) {
   int64_t lk = c->p.lk, nb = c->p.nbatch;
   if (c->p.has_bias) {
     const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb];
@@ -152,11 +152,11 @@ static void score_row(const sdpa_ctx *c, int64_t bi, int64_t i, float *s, float 
   }
   if (c->o->is_causal)
     for (int64_t j = i + 1; j < lk; j++) s[j] = -INFINITY;
-  attn_softmax_dropout_row(s, lk, c->o->dropout_p, c->o->dropout_draw, (bi * c->p.lq + i) * lk, f);
+  return attn_softmax_dropout_row(s, lk, c->o->dropout_p, c->o->dropout_draw, (bi * c->p.lq + i) * lk, f);
 }
 
-void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
-                              float *f) {
+int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+                             float *f) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < lk; j++) {
     if (s[j] > mx || s[j] != s[j]) mx = s[j];
@@ -164,7 +164,7 @@ void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t d
   }
   if (mx == -INFINITY) { /* every key hidden (or no key): zeros, not NaN */
     memset(s, 0, (size_t)lk * sizeof(float));
-    return;
+    return 1;
   }
   double sum = 0.0;
   for (int64_t j = 0; j < lk; j++) {
@@ -178,6 +178,7 @@ void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t d
     attn_dropout_factors(dropout_draw, dropout_p, position, lk, f);
     for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
   }
+  return 0;
 }
 
 /* Work item `item` (slice bi = item / nblk, rows r0 .. r0 + R - 1) with the
@@ -217,13 +218,20 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
   float *s = c->weights ? c->weights->data + (bi * lq + r0) * lk : w + c->off_s;
   float *o = c->out->data + (bi * lq + r0) * ev;
 
+  /* rows whose keys are all hidden: their output is zeros, which the sgemm
+   * below would not give when v holds NaN or inf (0 * NaN) */
+  unsigned char hidden[ATTN_ROW_BLOCK];
+  int any_hidden = 0;
   if (lk > 0) {
     if (e > 0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)lk,
                   (blasint)e, 1.0f, qs, (blasint)e, k, (blasint)ldk, 0.0f, s, (blasint)lk);
     else
       memset(s, 0, (size_t)(rows * lk) * sizeof(float));
-    for (int64_t i = 0; i < rows; i++) score_row(c, bi, r0 + i, s + i * lk, w + c->off_f);
+    for (int64_t i = 0; i < rows; i++) {
+      hidden[i] = (unsigned char)score_row(c, bi, r0 + i, s + i * lk, w + c->off_f);
+      any_hidden |= hidden[i];
+    }
   }
   if (ev > 0) {
     if (lk > 0)
@@ -231,6 +239,9 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
                   (blasint)lk, 1.0f, s, (blasint)lk, v, (blasint)ldv, 0.0f, o, (blasint)ev);
     else
       memset(o, 0, (size_t)(rows * ev) * sizeof(float));
+    if (any_hidden)
+      for (int64_t i = 0; i < rows; i++)
+        if (hidden[i]) memset(o + i * ev, 0, (size_t)ev * sizeof(float));
   }
 }
 
@@ -257,6 +268,17 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
+  if (opts->mask) {
+    int64_t at[ATTN_MAX_DIMS];
+    float bad;
+    if (attn_mask_find_non_binary(opts->mask, at, &bad)) {
+      char b1[200];
+      return attn_fail(ATTN_EARG,
+                       "mask must hold only 0 and 1 (nonzero = hidden), got %.9g at %s; to add values to the "
+                       "scores pass them as bias",
+                       (double)bad, attn_sizes_str(opts->mask->ndim, at, b1, sizeof b1));
+    }
+  }
   memset(p, 0, sizeof *p);
   p->nbatch = ondim - 2;
   memcpy(p->batch, osize, (size_t)p->nbatch * sizeof(int64_t));
@@ -264,6 +286,9 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
   p->e = q->size[q->ndim - 1];
   p->lk = k->size[k->ndim - 2];
   p->ev = v->size[v->ndim - 1];
+  /* with E = 0 no score is scaled (the default 1/sqrt(0) is inf) */
+  if (p->e > 0 && !isfinite(opts->scale))
+    return attn_fail(ATTN_EARG, "scale must be finite in float32, got %g", (double)opts->scale);
   char b1[200], b2[200];
   if (!check_out(out, p->nbatch, p->batch, p->lq, p->ev))
     return attn_fail(ATTN_ESHAPE, "out must be contiguous %s, got %s", attn_sizes_str(ondim, osize, b1, sizeof b1),
@@ -354,4 +379,45 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   }
   free(scratch);
   return ATTN_OK;
+}
+
+int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value) {
+  /* a broadcast (stride 0) dim repeats its first element: visit that one only,
+   * so an expanded mask costs what its storage holds */
+  int nd = mask->ndim;
+  int64_t extent[ATTN_MAX_DIMS], idx[ATTN_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    if (mask->size[d] == 0) return 0;
+    extent[d] = mask->stride[d] == 0 ? 1 : mask->size[d];
+    idx[d] = 0;
+  }
+  const float *m = mask->data;
+  int64_t off = 0;
+  for (;;) {
+    float x = m[off];
+    if (x != 0.0f && x != 1.0f) { /* NaN and +-inf too */
+      for (int d = 0; d < nd; d++) at[d] = idx[d] + 1;
+      *value = x != x ? NAN : x; /* a positive NaN: printed "nan", not "-nan" */
+      return 1;
+    }
+    int d = nd - 1;
+    for (; d >= 0; d--) {
+      off += mask->stride[d];
+      if (++idx[d] < extent[d]) break;
+      off -= mask->stride[d] * extent[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return 0;
+  }
+}
+
+int attn_mask_is_causal(const attn_tensor *mask, int64_t n) {
+  if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
+  int64_t s0 = mask->stride[0], s1 = mask->stride[1];
+  for (int64_t i = 0; i < n; i++) {
+    const float *row = mask->data + i * s0;
+    for (int64_t j = 0; j < n; j++)
+      if (row[j * s1] != (j > i ? 1.0f : 0.0f)) return 0;
+  }
+  return 1;
 }

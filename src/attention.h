@@ -56,9 +56,22 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
 /* The math kernel's softmax of one score row s [lk] in place (max subtracted,
  * exp summed in double, one reciprocal), then dropout: factors of the
  * positions position .. position + lk - 1 of the call's mask (f [lk] is
- * scratch). A row with every key hidden (-inf) becomes zeros. The fused
- * module forward uses it too, so both give the same bits. */
-void attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
-                              float *f);
+ * scratch). A row with every key hidden (-inf) becomes zeros and the result
+ * is 1 (its output row must then be zeros too, whatever v holds); else 0.
+ * The fused module forward uses it too, so both give the same bits. */
+int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+                             float *f);
+
+/* 1 when mask holds a value other than 0 and 1 (NaN and +-inf included): its
+ * 1-based index goes to at [mask->ndim] and the value to *value (the first
+ * in row-major order); else 0. Every kernel refuses such a mask: a float
+ * table there was almost surely meant as a bias. O(elements stored): a
+ * broadcast (stride 0) dim is read once. */
+int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value);
+
+/* 1 when the top-left [n, n] corner of the 2-D mask is the causal triangle
+ * (1 above the diagonal, 0 on and below it), as the modules' `mask` buffer
+ * triu(ones, 1) is: then is_causal does its work. */
+int attn_mask_is_causal(const attn_tensor *mask, int64_t n);
 
 #endif

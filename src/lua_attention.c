@@ -1,7 +1,9 @@
 /* Attention from Lua: attn.scaled_dot_product_attention and
  * attn.simple_attention over the core's kernels: "math" (src/attention.c,
  * scores materialised) and "flash" (src/flash.c, fused and tiled). */
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attention.h"
@@ -121,7 +123,12 @@ static int l_sdpa(lua_State *L) {
     o.is_causal = bool_option(L, 4, "is_causal");
     need_weights = bool_option(L, 4, "need_weights");
     scale = number_option(L, 4, "scale", &have_scale);
-    if (have_scale && !isfinite(scale)) attnL_error(L, SDPA, "bad option 'scale' (expected a finite number, got %f)", scale);
+    /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
+    if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
+      char got[64]; /* lua_pushfstring has no %g */
+      snprintf(got, sizeof got, "|scale| <= %.9g, got %.9g", (double)FLT_MAX, scale);
+      attnL_error(L, SDPA, "bad option 'scale' (expected a number finite in float32, %s)", got);
+    }
     o.dropout_p = number_option(L, 4, "dropout_p", &have_p);
     if (have_p && !(o.dropout_p >= 0.0 && o.dropout_p < 1.0))
       attnL_error(L, SDPA, "bad option 'dropout_p' (expected a number in [0, 1), got %f)", o.dropout_p);

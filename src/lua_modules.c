@@ -4,6 +4,11 @@
  * path would, and returns nil for anything else (a bad x, too many tokens,
  * parameters replaced by something unusual): the module then runs its Lua
  * path, whose checks raise the errors that name the class and argument. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "attention.h"
 #include "attn_lua.h"
 #include "modules.h"
 #include "rng.h"
@@ -18,11 +23,20 @@ static const attn_tensor *opt_tensor(lua_State *L, int arg, int *ok) {
   return t;
 }
 
-/* attention_forward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv[, wo, bo])
+/* The top-left [n, n] corner of the 2-D tensor t (a view, same storage). */
+static attn_tensor corner(const attn_tensor *t, int64_t n) {
+  attn_tensor c = *t;
+  c.size[0] = n, c.size[1] = n;
+  return c;
+}
+
+/* attention_forward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv[, wo, bo[, mask]])
  *   x          [..., n, d_in], with exactly `rank` dims (rank 0: 2 to 8 dims), n <= context_length
  *   heads      head count (d_out / heads = head size); scale of the scores
  *   p          dropout on the attention weights, in [0, 1) (0 in eval mode)
  *   w*, b*     the Linear weights [d_out, d_in] and biases (nil: none); wo, bo the out_proj
+ *   mask       the module's `mask` buffer (nil: causal): as torch's modules, its [n, n]
+ *              corner hides where nonzero; the causal triangle takes the causal path
  * -> [..., n, d_out], or nil when the call is not one for the fused path. */
 static int l_attention_forward(lua_State *L) {
   attn_tensor *x = attnL_test(L, 1);
@@ -37,7 +51,7 @@ static int l_attention_forward(lua_State *L) {
   if (!x || !isnum[0] || !isnum[1] || !isnum[2] || !isnum[3] || !isnum[4] || !p_isnum) return 0;
   if (rank ? x->ndim != rank : (x->ndim < 2 || x->ndim > ATTN_MAX_DIMS)) return 0;
   if (x->size[x->ndim - 1] != d_in || x->size[x->ndim - 2] > context_length) return 0;
-  if (!((double)scale == (double)scale) || heads < 1) return 0;
+  if (!(fabs((double)scale) <= (double)FLT_MAX) || heads < 1) return 0; /* NaN, or not finite in float32 */
 
   int ok = 1;
   attn_self_attention m;
@@ -49,7 +63,19 @@ static int l_attention_forward(lua_State *L) {
   m.scale = (float)scale;
   m.dropout_p = (double)p;
   m.dropout_draw = 0;
+  m.mask = NULL;
   if (!ok || (!m.wo && m.bo) || attn_self_attention_check(&m, (int64_t)d_in) != ATTN_OK) return 0;
+  attn_tensor mask_corner;
+  const attn_tensor *mask = opt_tensor(L, 16, &ok);
+  if (!ok) return 0;
+  if (mask) { /* anything but a 2-D 0/1 buffer of >= n x n: the module path words the error */
+    int64_t n = x->size[x->ndim - 2], at[ATTN_MAX_DIMS];
+    float bad;
+    if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
+    mask_corner = corner(mask, n);
+    if (attn_mask_find_non_binary(&mask_corner, at, &bad)) return 0;
+    if (!attn_mask_is_causal(mask, n)) m.mask = &mask_corner;
+  }
 
   /* x as [B, n, d_in] (contiguous), out as [B, n, d_out] in x's leading shape */
   x = attnL_push_contiguous(L, 1, FN);
@@ -70,8 +96,38 @@ static int l_attention_forward(lua_State *L) {
   return 1;
 }
 
+/* mask_kind(mask[, n]): how a mask applies. With n, mask is a module's 2-D
+ * `mask` buffer (at least [n, n]) and its [n, n] corner is judged: "causal"
+ * when it is the causal triangle, "mask" when it is another pattern of 0
+ * and 1. Without n the whole mask (any shape) is judged: "mask". nil and
+ * "<value> at [i, j, ...]" (1-based) when it holds anything but 0 and 1. */
+static int l_mask_kind(lua_State *L) {
+  static const char *const KIND = "attn.core.modules.mask_kind";
+  attn_tensor *mask = attnL_check(L, 1, KIND, "mask");
+  attn_tensor judged = *mask;
+  int has_n = !lua_isnoneornil(L, 2);
+  lua_Integer n = has_n ? luaL_checkinteger(L, 2) : 0;
+  if (has_n) {
+    if (mask->ndim != 2 || n < 0 || mask->size[0] < n || mask->size[1] < n)
+      attnL_error(L, KIND, "bad argument #1 'mask' (expected at least [%lld, %lld])", (long long)n, (long long)n);
+    judged = corner(mask, (int64_t)n);
+  }
+  int64_t at[ATTN_MAX_DIMS];
+  float bad;
+  if (attn_mask_find_non_binary(&judged, at, &bad)) {
+    char where[200], msg[260];
+    snprintf(msg, sizeof msg, "%.9g at %s", (double)bad, attn_sizes_str(judged.ndim, at, where, sizeof where));
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  lua_pushstring(L, has_n && attn_mask_is_causal(mask, (int64_t)n) ? "causal" : "mask");
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"attention_forward", l_attention_forward},
+    {"mask_kind", l_mask_kind},
     {NULL, NULL},
 };
 

@@ -78,9 +78,19 @@ static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, att
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        for (int64_t j = i + 1; j < n; j++) s[j] = -INFINITY; /* causal */
-        attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f);
+        if (m->mask) { /* a loaded mask buffer, as the math kernel's mask option */
+          const float *mi = m->mask->data + i * m->mask->stride[0];
+          for (int64_t j = 0; j < n; j++)
+            if (mi[j * m->mask->stride[1]] != 0.0f) s[j] = -INFINITY;
+        } else {
+          for (int64_t j = i + 1; j < n; j++) s[j] = -INFINITY; /* causal */
+        }
+        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f);
         float *ci = c + i * d_out + col;
+        if (hidden) { /* zeros, as the math kernel gives, even where v holds NaN */
+          memset(ci, 0, (size_t)hd * sizeof(float));
+          continue;
+        }
         for (int64_t d = 0; d < hd; d++) {
           float acc = 0.0f;
           for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], qkv[j * w3 + 2 * d_out + col + d], acc);
@@ -150,7 +160,8 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   attn_tensor c = attn_make(ctx, 4, csize);
   attn_sdpa_opts o = attn_sdpa_defaults();
   o.scale = m->scale;
-  o.is_causal = 1;
+  o.is_causal = m->mask == NULL;
+  o.mask = m->mask;
   o.dropout_p = m->dropout_p;
   o.dropout_draw = m->dropout_draw;
   attn_status st = attn_sdpa_prefer_flash(nb * h, n, n, hd, hd) ? attn_sdpa_flash(&q, &k, &v, &o, &c)
@@ -195,6 +206,7 @@ attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in
     return attn_fail(ATTN_EARG, "d_out (%lld) must be divisible by heads (%lld)", (long long)d_out, (long long)m->heads);
   if (!(m->dropout_p >= 0.0 && m->dropout_p < 1.0))
     return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", m->dropout_p);
+  if (d_out > 0 && !isfinite(m->scale)) return attn_fail(ATTN_EARG, "scale must be finite, got %g", (double)m->scale);
   return ATTN_OK;
 }
 
@@ -211,6 +223,9 @@ attn_status attn_self_attention_forward(const attn_self_attention *m, const attn
                      attn_shape_str(out, b1, sizeof b1));
   if (nb * n > INT_MAX || 3 * d_out > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
+  if (m->mask && (m->mask->ndim != 2 || m->mask->size[0] != n || m->mask->size[1] != n))
+    return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
+                     attn_shape_str(m->mask, b1, sizeof b1));
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
   if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
     forward_tiny(m, x, out, nb, n, d_in, d_out);

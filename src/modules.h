@@ -18,6 +18,7 @@ typedef struct attn_self_attention {
   float scale;                     /* of the scores */
   double dropout_p;                /* [0, 1): dropout on the attention weights */
   uint32_t dropout_draw;           /* the one 32-bit draw of this call when dropout_p > 0 */
+  const attn_tensor *mask;         /* NULL: causal; else [n, n] of 0 and 1 (nonzero = hidden), in its place */
 } attn_self_attention;
 
 /* Whether m is usable on inputs of width d_in: weights [d_out, d_in] (d_out
@@ -26,7 +27,8 @@ typedef struct attn_self_attention {
 attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in);
 
 /* out [B, n, d_out] = the module's forward of x [B, n, d_in] (both
- * contiguous), causal (query i sees keys 0..i). Scratch is malloc'ed and
+ * contiguous), causal (query i sees keys 0..i) or under m->mask. A query row
+ * whose keys are all hidden gives zeros. Scratch is malloc'ed and
  * freed inside. Tiny problems run as direct loops on the calling thread (no
  * BLAS call, no OpenMP region); larger ones use sgemm and the attention
  * kernels, which thread themselves. */

@@ -286,7 +286,7 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `mask` (nonzero = hidden), `bias`, `is_causal`, `scale` (default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash")
+-- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash")
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is

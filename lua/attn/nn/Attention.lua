@@ -3,14 +3,15 @@
 -- attention, notebook 000).
 -- Parameters: `W_q`, `W_k`, `W_v`, each nn.Linear(d_model, d_model, {bias = false}).
 -- forward(q_in, k_in, v_in[, mask]): sims = q k^T over (row_dim, col_dim),
--- scaled by 1/sqrt(k:size(col_dim)); where mask is nonzero the scaled scores
--- are replaced by -1e9 (so a fully masked row averages v uniformly, as in the
+-- scaled by 1/sqrt(k:size(col_dim)); where mask is nonzero (it must hold only
+-- 0 and 1) the scaled scores are replaced by -1e9 (so a fully masked row averages v uniformly, as in the
 -- notebook); softmax over col_dim; times v.
 -- @classmod attn.nn.Attention
 local attn = require "attn"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
+local mask_kind = require("attn.core").modules.mask_kind
 
 local Attention = Module:extend("Attention")
 
@@ -50,6 +51,13 @@ function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, ma
   checks.input(C, encodings_for_v, "encodings_for_v", self.d_model, 1, 8, "d_model")
   if mask ~= nil and not attn.is_tensor(mask) then
     error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")", 2)
+  end
+  if mask ~= nil then
+    local kind, where = mask_kind(mask)
+    if not kind then -- e.g. an ALiBi table: masked_fill would hide every nonzero
+      error(("Attention:forward: bad argument 'mask' (must hold only 0 and 1 (nonzero = hidden), got %s)"):format(
+        where), 2)
+    end
   end
   local q = self.W_q(encodings_for_q)
   local k = self.W_k(encodings_for_k)

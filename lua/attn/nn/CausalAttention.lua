@@ -4,8 +4,10 @@
 -- order); a `dropout` child; the buffer `mask` = triu(ones(context_length,
 -- context_length), 1), saved in the state dict as PyTorch's register_buffer.
 -- forward(x): x [b, n, d_in] (or [n, d_in]) with n <= context_length ->
--- [b, n, d_out]. The kernel masks causally itself (is_causal) instead of
--- reading the mask buffer; dropout (training mode only) draws one number per
+-- [b, n, d_out]. As in torch, the [n, n] corner of the mask buffer hides
+-- where nonzero: the causal triangle runs as is_causal (no mask read by the
+-- kernel), any other 0/1 pattern (loaded, or edited in place) as the
+-- attention's mask; a row it hides entirely gives zeros. Dropout (training mode only) draws one number per
 -- call from the generator, as torch's nn.Dropout on the weights does; with
 -- dropout = 1 (training) every weight is dropped and the output is zeros.
 -- @classmod attn.nn.CausalAttention
@@ -50,7 +52,7 @@ function CausalAttention:forward(x, opts)
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       local y = fused_forward(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,
-        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias)
+        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)
       if y then return y end
     end
   end
@@ -61,7 +63,8 @@ end
 -- need_weights, also the weights [..., n, n].
 function CausalAttention:forward_modules(x, need_weights)
   checks.input("CausalAttention", x, "x", self.d_in, 2, 8)
-  checks.context("CausalAttention", x, self.context_length)
+  local n = checks.context("CausalAttention", x, self.context_length)
+  local mask = checks.mask_buffer("CausalAttention", self.mask, n)
   local keys = self.W_key(x)
   local queries = self.W_query(x)
   local values = self.W_value(x)
@@ -76,7 +79,8 @@ function CausalAttention:forward_modules(x, need_weights)
     return attn.zeros(values:size())
   end
   return attn.scaled_dot_product_attention(queries, keys, values,
-    { is_causal = true, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)), need_weights = need_weights })
+    { is_causal = mask == nil, mask = mask, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)),
+      need_weights = need_weights })
 end
 
 return CausalAttention

@@ -2,12 +2,13 @@
 -- fused multi-head causal self-attention.
 -- Parameters, in creation order: `W_query`, `W_key`, `W_value`
 -- (nn.Linear(d_in, d_out)), `out_proj` (nn.Linear(d_out, d_out), with bias);
--- a `dropout` child and the `mask` buffer (as PyTorch's register_buffer).
+-- a `dropout` child and the `mask` buffer (as PyTorch's register_buffer);
+-- as in torch, its [n, n] corner hides where nonzero (see CausalAttention).
 -- d_out must be divisible by num_heads; head_dim = d_out / num_heads.
 -- forward(x): x [b, n, d_in] -> [b, n, d_out]. Q, K and V are one GEMM each
 -- over all tokens, seen as [b, heads, n, head_dim] through strided views (no
 -- copies); the C kernel runs across batch and heads; then out_proj.
--- opts.scale (a finite number) overrides the default 1/sqrt(head_dim) of the
+-- opts.scale (a number finite in float32) overrides the default 1/sqrt(head_dim) of the
 -- scores. With dropout = 1 (training) every weight is dropped, as in torch.
 -- @classmod attn.nn.MultiHeadAttention
 local attn = require "attn"
@@ -62,7 +63,7 @@ function MHA:forward(x, opts)
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       local y = fused_forward(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
-        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias)
+        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias, self.mask)
       if y then return y end
     end
   end
@@ -75,6 +76,7 @@ function MHA:forward_modules(x, need_weights)
   checks.input("MultiHeadAttention", x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   checks.context("MultiHeadAttention", x, self.context_length)
+  local mask = checks.mask_buffer("MultiHeadAttention", self.mask, n)
   local h, hd = self.num_heads, self.head_dim
   -- [b, n, d_out] -> [b, n, h, hd] -> [b, h, n, hd]: views, no copies
   local queries = self.W_query(x):view(b, n, h, hd):transpose(2, 3)
@@ -88,7 +90,7 @@ function MHA:forward_modules(x, need_weights)
     return out
   end
   local context, weights = attn.scaled_dot_product_attention(queries, keys, values,
-    { is_causal = true, dropout_p = p, scale = self.scale, need_weights = need_weights })
+    { is_causal = mask == nil, mask = mask, dropout_p = p, scale = self.scale, need_weights = need_weights })
   -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]
   context = context:transpose(2, 3):reshape(b, n, self.d_out)
   if need_weights then return self.out_proj(context), weights end

@@ -36,11 +36,15 @@ function checks.probability(cls, v, argn, what)
   return v
 end
 
---- A finite number (options such as scale).
+-- The largest finite float32: the kernels compute in float32, where a larger
+-- double (1e39) becomes inf.
+local FLT_MAX = 0x1.fffffep+127
+
+--- A number finite in float32 (options such as scale).
 function checks.finite(cls, v, what)
-  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
-    error(("attn.nn.%s: bad option '%s' (expected a finite number, got %s)"):format(cls, what, describe(v)),
-      CTOR_LEVEL)
+  if type(v) ~= "number" or not (math.abs(v) <= FLT_MAX) then
+    error(("attn.nn.%s: bad option '%s' (expected a number finite in float32, |%s| <= %.9g, got %s)"):format(
+      cls, what, what, FLT_MAX, describe(v)), CTOR_LEVEL)
   end
   return v
 end
@@ -103,6 +107,26 @@ function checks.context(cls, x, context_length)
       cls, n, shape(x), context_length), 3)
   end
   return n
+end
+
+local mask_kind = require("attn.core").modules.mask_kind
+
+--- The module's `mask` buffer for n tokens, as torch's modules read it
+-- (`self.mask.bool()[:n, :n]`): nil when its [n, n] corner is the causal
+-- triangle triu(ones, 1) (the kernel's is_causal then does the work), else
+-- that corner, to pass as the attention's mask. A buffer that is not a 2-D
+-- tensor of at least [n, n], or holds values other than 0 and 1, is an error.
+function checks.mask_buffer(cls, mask, n)
+  if not attn.is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < n or mask:size(2) < n then
+    error(("%s:forward: the 'mask' buffer must be a tensor of at least [%d, %d] for %d tokens, got %s"):format(
+      cls, n, n, n, attn.is_tensor(mask) and shape(mask) or describe(mask)), 3)
+  end
+  local kind, where = mask_kind(mask, n)
+  if not kind then
+    error(("%s:forward: the 'mask' buffer must hold only 0 and 1 (nonzero = hidden), got %s"):format(cls, where), 3)
+  end
+  if kind == "causal" then return nil end
+  return mask:narrow(1, 1, n):narrow(2, 1, n)
 end
 
 return checks
