@@ -41,7 +41,7 @@ end
 -- input (whose error the checks below raise), module by module.
 function CausalAttention:forward(x, opts)
   if opts ~= nil then
-    opts = checks.options("CausalAttention", opts, 2, { need_weights = "boolean" }, "forward")
+    opts = checks.options("CausalAttention", opts, 2, { need_weights = "boolean" })
     if opts.need_weights then return self:forward_modules(x, true) end
   end
   local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout

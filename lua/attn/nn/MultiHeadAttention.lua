@@ -53,7 +53,7 @@ end
 -- (whose error the checks below raise), module by module.
 function MHA:forward(x, opts)
   if opts ~= nil then
-    opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean" }, "forward")
+    opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean" })
     if opts.need_weights then return self:forward_modules(x, true) end
   end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout

@@ -54,15 +54,11 @@ function checks.none(cls, v, argn, takes)
 end
 
 --- An options table whose keys are all in `allowed` ({name = "type"}); returns it (or {}).
--- Errors name the constructor (attn.nn.Class), or Class:method when `method`
--- is given (the options of a forward, checked in the forward itself).
-function checks.options(cls, opts, argn, allowed, method)
+function checks.options(cls, opts, argn, allowed)
   if opts == nil then return {} end
-  local who = method and (cls .. ":" .. method) or ("attn.nn." .. cls)
-  local level = method and 3 or CTOR_LEVEL
   if type(opts) ~= "table" then
-    error(("%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
-      who, argn, describe(opts)), level)
+    error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
+      cls, argn, describe(opts)), CTOR_LEVEL)
   end
   for k, v in pairs(opts) do
     local want = allowed[k]
@@ -70,10 +66,10 @@ function checks.options(cls, opts, argn, allowed, method)
       local names = {}
       for name in pairs(allowed) do names[#names + 1] = name end
       table.sort(names)
-      error(("%s: unknown option '%s' (known: %s)"):format(who, tostring(k), table.concat(names, ", ")), level)
+      error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")), CTOR_LEVEL)
     end
     if type(v) ~= want then
-      error(("%s: bad option '%s' (expected %s, got %s)"):format(who, k, want, describe(v)), level)
+      error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)), CTOR_LEVEL)
     end
   end
   return opts
