@@ -365,6 +365,7 @@ describe("issue 11 item 9: saves write a temporary file and rename it", function
   it("a save into a missing directory names the path and creates nothing", function()
     expect_error(function() attn.save(attn.ones(2), "/nonexistent-dir/x.npy") end,
       "attn.save: cannot open '/nonexistent-dir/x.npy' for writing: No such file or directory")
+    expect_error(function() attn.save(attn.ones(2), "") end, "attn.save: cannot open '' for writing: No such file or directory")
     expect_error(function() attn.save_safetensors("/nonexistent-dir/x.st", { a = attn.ones(2) }) end,
       "attn.save_safetensors: /nonexistent-dir/x.st: cannot open the file for writing: No such file or directory")
   end)

@@ -96,6 +96,10 @@ int attn_out_open(const char *path, attn_out_file *of) {
   struct stat sb, lsb;
   of->f = NULL;
   of->tmp_path = of->final_path = NULL;
+  if (!*path) { /* as fopen(""): no temporary file beside nothing */
+    errno = ENOENT;
+    return 0;
+  }
   int exists = stat(path, &sb) == 0;
   if (exists && S_ISDIR(sb.st_mode)) {
     errno = EISDIR;
