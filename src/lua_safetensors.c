@@ -47,7 +47,7 @@ static int l_save_safetensors(lua_State *L) {
   const char *path = attnL_checkpath(L, 1, fn, "path");
 
   /* One pass over each argument table copies every checked key and value
-   * into an anchor table of our own (5 and 6): a finalizer that runs during
+   * into an anchor table of our own (4 and 5): a finalizer that runs during
    * a later allocation may change the caller's tables, not what is written. */
   size_t n = 0, n_meta = 0;
   lua_newtable(L); /* 4: tensors anchor, key at 2i-1 and tensor at 2i */
