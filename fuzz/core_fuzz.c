@@ -404,15 +404,19 @@ static void fuzz_npy(reader *r) {
   if (!f) return;
   size_t wrote = fwrite(buf, 1, len, f);
   fclose(f);
-  if (wrote == len && attn_npy_read_header(path, &info) == ATTN_OK && info.numel <= MAX_EXTENT) {
+  int fd = -1;
+  int64_t file_size;
+  if (wrote == len && attn_npy_open(path, &fd, &file_size) == ATTN_OK &&
+      attn_npy_read_header(path, fd, file_size, &info) == ATTN_OK && info.numel <= MAX_EXTENT) {
     float *out = malloc((size_t)(info.numel > 0 ? info.numel : 1) * sizeof(float));
     if (out) {
-      attn_npy_read_data(path, &info, out);
+      attn_npy_read_data(path, fd, &info, out);
       attn_tensor t = attn_make(out, info.ndim, info.size);
       attn_npy_write(path, &t); /* and back */
       free(out);
     }
   }
+  if (fd >= 0) close(fd);
   remove(path);
 }
 

@@ -47,6 +47,15 @@ int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, co
  * makes several elements share one memory location, which PyTorch refuses to
  * write (and which would make a fill of a huge expanded view run for ages). */
 void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname);
+/* A path argument: a string without an embedded NUL byte (which the C
+ * library would silently cut the path at). */
+const char *attnL_checkpath(lua_State *L, int arg, const char *fname, const char *what);
+/* Push a guard for a file descriptor: a userdata marked to-be-closed whose
+ * __close (and __gc) closes the descriptor it holds, so that an error raised
+ * while a file is open (an allocation refused) closes it. Returns where to
+ * store the descriptor (-1: none). attnL_close_fd closes it now. */
+int *attnL_push_fd_guard(lua_State *L);
+void attnL_close_fd(lua_State *L, int idx);
 /* "[2, 3]" of a tensor, for messages. */
 const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 

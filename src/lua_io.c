@@ -6,9 +6,7 @@
 static int l_save(lua_State *L) {
   const char *fn = "attn.save";
   attn_tensor *t = attnL_check(L, 1, fn, "t");
-  if (lua_type(L, 2) != LUA_TSTRING)
-    return attnL_error(L, fn, "bad argument #2 'path' (expected a string, got %s)", luaL_typename(L, 2));
-  const char *path = lua_tostring(L, 2);
+  const char *path = attnL_checkpath(L, 2, fn, "path");
   if (attn_npy_write(path, t) != ATTN_OK) return attnL_core_error(L, fn);
   return 0;
 }
@@ -16,13 +14,19 @@ static int l_save(lua_State *L) {
 /* attn.load(path): the float32 tensor held in a .npy file ('<f4' or '<f8'). */
 static int l_load(lua_State *L) {
   const char *fn = "attn.load";
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return attnL_error(L, fn, "bad argument #1 'path' (expected a string, got %s)", luaL_typename(L, 1));
-  const char *path = lua_tostring(L, 1);
+  lua_settop(L, 1);
+  const char *path = attnL_checkpath(L, 1, fn, "path");
+  /* one descriptor for the header and the data; closed by the guard (2) if
+   * the allocation of the tensor raises */
+  int *fd = attnL_push_fd_guard(L);
+  int64_t file_size;
+  if (attn_npy_open(path, fd, &file_size) != ATTN_OK) return attnL_core_error(L, fn);
   attn_npy_info info;
-  if (attn_npy_read_header(path, &info) != ATTN_OK) return attnL_core_error(L, fn);
+  if (attn_npy_read_header(path, *fd, file_size, &info) != ATTN_OK) return attnL_core_error(L, fn);
   attn_tensor *t = attnL_push_uninit(L, info.ndim, info.size, fn);
-  if (attn_npy_read_data(path, &info, t->data) != ATTN_OK) return attnL_core_error(L, fn);
+  attn_status st = attn_npy_read_data(path, *fd, &info, t->data);
+  attnL_close_fd(L, 2);
+  if (st != ATTN_OK) return attnL_core_error(L, fn);
   return 1;
 }
 

@@ -20,6 +20,10 @@ static attn_tensor operand(lua_State *L, int arg, float *scalar, const char *fn,
 
 static int binary(lua_State *L, attn_binop op, const char *fn) {
   float sa, sb;
+  /* Lua calls the arithmetic metamethods with a tensor on one side; a direct
+   * call with two numbers (getmetatable(t).__add(1, 2)) is not a tensor op */
+  if (!attnL_test(L, 1) && !attnL_test(L, 2) && lua_type(L, 1) == LUA_TNUMBER && lua_type(L, 2) == LUA_TNUMBER)
+    attnL_error(L, fn, "expected at least one attn.Tensor operand, got number and number");
   attn_tensor a = operand(L, 1, &sa, fn, "self"), b = operand(L, 2, &sb, fn, "other");
   int ndim;
   int64_t size[ATTN_MAX_DIMS];

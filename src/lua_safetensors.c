@@ -36,8 +36,7 @@ static const char *key_desc(lua_State *L, int key_idx) {
  * does); metadata an optional table string -> string. Returns nothing. */
 static int l_save_safetensors(lua_State *L) {
   const char *fn = "attn.save_safetensors";
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return attnL_error(L, fn, "bad argument #1 'path' (expected a string, got %s)", luaL_typename(L, 1));
+  attnL_checkpath(L, 1, fn, "path");
   if (lua_type(L, 2) != LUA_TTABLE || attnL_test(L, 2))
     return attnL_error(L, fn, "bad argument #2 'tensors' (expected a table name -> attn.Tensor, got %s)",
                        attnL_test(L, 2) ? "attn.Tensor" : luaL_typename(L, 2));
@@ -45,10 +44,14 @@ static int l_save_safetensors(lua_State *L) {
     return attnL_error(L, fn, "bad argument #3 'metadata' (expected a table string -> string, got %s)",
                        luaL_typename(L, 3));
   lua_settop(L, 3);
-  const char *path = lua_tostring(L, 1);
+  const char *path = attnL_checkpath(L, 1, fn, "path");
 
-  /* count and check first, so the arrays below are allocated once */
+  /* One pass over each argument table copies every checked key and value
+   * into an anchor table of our own (4 and 5): a finalizer that runs during
+   * a later allocation may change the caller's tables, not what is written. */
   size_t n = 0, n_meta = 0;
+  lua_newtable(L); /* 4: tensors anchor, key at 2i-1 and tensor at 2i */
+  lua_newtable(L); /* 5: metadata anchor, likewise */
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     if (lua_type(L, -2) != LUA_TSTRING)
@@ -59,8 +62,10 @@ static int l_save_safetensors(lua_State *L) {
     if (!attnL_test(L, -1))
       return attnL_error(L, fn, "bad argument #2 'tensors': the value of '%s' is a %s (expected attn.Tensor)",
                          lua_tostring(L, -2), luaL_typename(L, -1));
+    lua_rawseti(L, 4, (lua_Integer)(2 * n + 2));
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, 4, (lua_Integer)(2 * n + 1));
     n++;
-    lua_pop(L, 1);
   }
   if (lua_istable(L, 3)) {
     lua_pushnil(L);
@@ -68,33 +73,29 @@ static int l_save_safetensors(lua_State *L) {
       if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
         return attnL_error(L, fn, "bad argument #3 'metadata': entry '%s' is %s -> %s (expected string -> string)",
                            key_desc(L, -2), luaL_typename(L, -2), luaL_typename(L, -1));
+      lua_rawseti(L, 5, (lua_Integer)(2 * n_meta + 2));
+      lua_pushvalue(L, -1);
+      lua_rawseti(L, 5, (lua_Integer)(2 * n_meta + 1));
       n_meta++;
-      lua_pop(L, 1);
     }
   }
-  /* the names and tensors stay referenced by the argument tables */
   attn_st_item *items = push_buffer(L, n, sizeof *items, fn);
   attn_st_meta *meta = push_buffer(L, n_meta, sizeof *meta, fn);
-  size_t i = 0;
-  lua_pushnil(L);
-  while (lua_next(L, 2) && i < n) {
-    items[i].name = lua_tolstring(L, -2, &items[i].name_len);
+  /* from here on nothing allocates: the pointers stay valid (the anchors hold them) */
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, 4, (lua_Integer)(2 * i + 1));
+    items[i].name = lua_tolstring(L, -1, &items[i].name_len);
+    lua_rawgeti(L, 4, (lua_Integer)(2 * i + 2));
     items[i].t = attnL_test(L, -1);
-    i++;
-    lua_pop(L, 1);
+    lua_pop(L, 2);
   }
-  n = i;
-  i = 0;
-  if (lua_istable(L, 3)) {
-    lua_pushnil(L);
-    while (lua_next(L, 3) && i < n_meta) {
-      meta[i].key = lua_tolstring(L, -2, &meta[i].key_len);
-      meta[i].value = lua_tolstring(L, -1, &meta[i].value_len);
-      i++;
-      lua_pop(L, 1);
-    }
+  for (size_t i = 0; i < n_meta; i++) {
+    lua_rawgeti(L, 5, (lua_Integer)(2 * i + 1));
+    meta[i].key = lua_tolstring(L, -1, &meta[i].key_len);
+    lua_rawgeti(L, 5, (lua_Integer)(2 * i + 2));
+    meta[i].value = lua_tolstring(L, -1, &meta[i].value_len);
+    lua_pop(L, 2);
   }
-  n_meta = i;
   qsort(items, n, sizeof *items, by_item_name);
   qsort(meta, n_meta, sizeof *meta, by_meta_key);
   if (attn_st_write(path, items, (int64_t)n, meta, (int64_t)n_meta) != ATTN_OK) return attnL_core_error(L, fn);
@@ -106,15 +107,16 @@ static int l_save_safetensors(lua_State *L) {
  * when the file has none). */
 static int l_load_safetensors(lua_State *L) {
   const char *fn = "attn.load_safetensors";
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return attnL_error(L, fn, "bad argument #1 'path' (expected a string, got %s)", luaL_typename(L, 1));
   lua_settop(L, 1);
-  const char *path = lua_tostring(L, 1);
+  const char *path = attnL_checkpath(L, 1, fn, "path");
+  /* one descriptor for every read; the guard (2) closes it if an allocation raises */
+  int *fd = attnL_push_fd_guard(L);
   uint64_t hlen;
   int64_t file_size;
-  if (attn_st_read_prefix(path, &hlen, &file_size) != ATTN_OK) return attnL_core_error(L, fn);
+  if (attn_st_open(path, fd, &file_size) != ATTN_OK) return attnL_core_error(L, fn);
+  if (attn_st_read_prefix(path, *fd, file_size, &hlen) != ATTN_OK) return attnL_core_error(L, fn);
   unsigned char *buf = push_buffer(L, (size_t)hlen, 1, fn);
-  if (attn_st_read_header(path, buf, (size_t)hlen) != ATTN_OK) return attnL_core_error(L, fn);
+  if (attn_st_read_header(path, *fd, buf, (size_t)hlen) != ATTN_OK) return attnL_core_error(L, fn);
   int64_t data_len = file_size - 8 - (int64_t)hlen;
   attn_st_header h = {NULL, NULL, push_buffer(L, (size_t)hlen, 1, fn), 0, 0};
   if (attn_st_parse(path, buf, (size_t)hlen, data_len, &h) != ATTN_OK) return attnL_core_error(L, fn);
@@ -130,7 +132,9 @@ static int l_load_safetensors(lua_State *L) {
     e->out = attnL_push_uninit(L, e->ndim, e->size, fn)->data;
     lua_rawset(L, result);
   }
-  if (attn_st_read_data(path, hlen, h.entries, h.n_entries) != ATTN_OK) return attnL_core_error(L, fn);
+  attn_status st = attn_st_read_data(path, *fd, hlen, h.entries, h.n_entries);
+  attnL_close_fd(L, 2);
+  if (st != ATTN_OK) return attnL_core_error(L, fn);
   lua_createtable(L, 0, (int)(h.n_meta < 1 << 20 ? h.n_meta : 1 << 20));
   for (int64_t i = 0; i < h.n_meta; i++) {
     lua_pushlstring(L, h.meta[i].key, h.meta[i].key_len);

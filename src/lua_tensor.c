@@ -1,4 +1,5 @@
 /* Tensor creation, inspection, indexing and views. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -141,21 +142,32 @@ static int t_tensor(lua_State *L) {
   return 1;
 }
 
-/* cat(list, dim) / stack(list, dim) */
+/* cat(list, dim) / stack(list, dim). The list may be of any length: the parts
+ * are anchored in a table of their own (not on the Lua stack, which holds only
+ * LUA_MINSTACK values unless grown, and less in a coroutine), so that a
+ * finalizer that empties the caller's list during an allocation below cannot
+ * free a part, and their views live in a garbage-collected scratch userdata. */
 static int join(lua_State *L, int stack, const char *fn) {
-  const attn_tensor *parts[256];
   if (!lua_istable(L, 1) || attnL_test(L, 1))
     attnL_error(L, fn, "bad argument #1 'tensors' (expected a list of tensors, got %s)", luaL_typename(L, 1));
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
   if (n == 0) attnL_error(L, fn, "expected a non-empty list of tensors");
-  if (n > 256) attnL_error(L, fn, "at most 256 tensors can be joined at once, got %I", n);
+  if (n > INT_MAX / 2) attnL_error(L, fn, "at most %d tensors can be joined at once, got %I", INT_MAX / 2, n);
   lua_settop(L, 2);
-  int base = lua_gettop(L) + 1;
+  lua_createtable(L, (int)n, 0); /* 3: the anchor */
   for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, 1, i); /* kept on the stack so it stays alive */
-    parts[i - 1] = attnL_test(L, -1);
-    if (!parts[i - 1])
+    lua_rawgeti(L, 1, i);
+    if (!attnL_test(L, -1))
       attnL_error(L, fn, "element %I of the list is a %s, expected attn.Tensor", i, luaL_typename(L, -1));
+    lua_rawseti(L, 3, i);
+  }
+  /* scratch: n views, then n pointers to them */
+  attn_tensor *views = lua_newuserdatauv(L, (size_t)n * (sizeof(attn_tensor) + sizeof(attn_tensor *)), 0); /* 4 */
+  const attn_tensor **parts = (const attn_tensor **)(void *)(views + n);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, 3, i);
+    parts[i - 1] = attnL_test(L, -1);
+    lua_pop(L, 1);
   }
   /* legacy PyTorch rule: 1-D empty tensors are skipped in cat */
   const attn_tensor *ref = parts[0];
@@ -166,7 +178,6 @@ static int join(lua_State *L, int stack, const char *fn) {
   if (ndim > ATTN_MAX_DIMS)
     attnL_error(L, fn, "at most %d dims are supported, stacking %d-dim tensors gives %d", ATTN_MAX_DIMS, ref->ndim, ndim);
   int d = lua_isnoneornil(L, 2) ? 0 : attnL_checkdim(L, 2, ndim, fn);
-  attn_tensor views[256];
   int m = 0;
   int64_t size[ATTN_MAX_DIMS];
   char b1[200], b2[200];
@@ -176,16 +187,17 @@ static int join(lua_State *L, int stack, const char *fn) {
     if (p->ndim != ref->ndim || (stack && !attn_same_shape(p, ref)))
       attnL_error(L, fn, "tensor %I has shape %s, expected %s%s", i + 1, attnL_shape(p, b1, sizeof b1),
                   stack ? "" : "the same rank as ", attnL_shape(ref, b2, sizeof b2));
-    views[m] = *p;
+    attn_tensor v = *p;
     if (stack) { /* a size-1 dim at d */
       for (int k = ndim - 1; k > d; k--) {
-        views[m].size[k] = p->size[k - 1];
-        views[m].stride[k] = p->stride[k - 1];
+        v.size[k] = p->size[k - 1];
+        v.stride[k] = p->stride[k - 1];
       }
-      views[m].size[d] = 1;
-      views[m].stride[d] = 0;
-      views[m].ndim = ndim;
+      v.size[d] = 1;
+      v.stride[d] = 0;
+      v.ndim = ndim;
     }
+    views[m] = v; /* parts[m] was read already: m <= i */
     parts[m] = &views[m];
     m++;
   }
@@ -196,12 +208,12 @@ static int join(lua_State *L, int stack, const char *fn) {
       if (k != d && views[i].size[k] != size[k])
         attnL_error(L, fn, "tensor %d has shape %s, which does not match %s except in dim %d", i + 1,
                     attnL_shape(&views[i], b1, sizeof b1), attnL_shape(&views[0], b2, sizeof b2), d + 1);
+    if (views[i].size[d] > INT64_MAX - total) attnL_error(L, fn, "the joined size overflows");
     total += views[i].size[d];
   }
   size[d] = total;
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
   if (attn_cat(parts, m, d, out) != ATTN_OK) attnL_core_error(L, fn);
-  (void)base;
   return 1;
 }
 
@@ -544,8 +556,10 @@ static int m_clone(lua_State *L) {
 
 /* ---- indexing metamethods ---------------------------------------------- */
 
+/* Metamethods check self as every method does: anyone can call
+ * getmetatable(t).__index(anything, key) directly. */
 static int mt_index(lua_State *L) {
-  attn_tensor *t = attnL_test(L, 1);
+  attn_tensor *t = attnL_check(L, 1, "attn.Tensor index", "self");
   if (lua_type(L, 2) == LUA_TNUMBER) {
     const char *fn = "attn.Tensor index";
     int64_t i = attnL_checkinteger(L, 2, fn, "index");
@@ -571,7 +585,7 @@ static int mt_index(lua_State *L) {
 
 static int mt_newindex(lua_State *L) {
   const char *fn = "attn.Tensor index assignment";
-  attn_tensor *t = attnL_test(L, 1);
+  attn_tensor *t = attnL_check(L, 1, fn, "self");
   if (lua_type(L, 2) != LUA_TNUMBER)
     attnL_error(L, fn, "only integer indices can be assigned, got %s", luaL_typename(L, 2));
   int64_t i = attnL_checkinteger(L, 2, fn, "index");
@@ -589,7 +603,7 @@ static int mt_newindex(lua_State *L) {
 }
 
 static int mt_len(lua_State *L) {
-  attn_tensor *t = attnL_test(L, 1);
+  attn_tensor *t = attnL_check(L, 1, "attn.Tensor length", "self");
   if (t->ndim == 0) attnL_error(L, "attn.Tensor length", "a 0-dim tensor has no length");
   lua_pushinteger(L, (lua_Integer)t->size[0]);
   return 1;

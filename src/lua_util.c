@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn_lua.h"
 #include "ops.h"
@@ -47,6 +48,45 @@ void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname)
       attnL_error(L, fname, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
                   "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
     }
+}
+
+const char *attnL_checkpath(lua_State *L, int arg, const char *fname, const char *what) {
+  if (lua_type(L, arg) != LUA_TSTRING)
+    attnL_error(L, fname, "bad argument #%d '%s' (expected a string, got %s)", arg, what, luaL_typename(L, arg));
+  size_t len;
+  const char *path = lua_tolstring(L, arg, &len);
+  if (strlen(path) != len)
+    attnL_error(L, fname, "bad argument #%d '%s' (a string with an embedded NUL byte)", arg, what);
+  return path;
+}
+
+#define FD_GUARD_NAME "attn.FileGuard"
+
+static int fd_guard_close(lua_State *L) {
+  int *fd = luaL_checkudata(L, 1, FD_GUARD_NAME);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+  return 0;
+}
+
+int *attnL_push_fd_guard(lua_State *L) {
+  int *fd = lua_newuserdatauv(L, sizeof(int), 0);
+  *fd = -1;
+  if (luaL_newmetatable(L, FD_GUARD_NAME)) {
+    lua_pushcfunction(L, fd_guard_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, fd_guard_close);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  lua_toclose(L, -1);
+  return fd;
+}
+
+void attnL_close_fd(lua_State *L, int idx) {
+  int *fd = luaL_checkudata(L, idx, FD_GUARD_NAME);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
 }
 
 /* Storage allocation runs protected, so running out of memory becomes an

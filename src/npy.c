@@ -47,6 +47,9 @@ static attn_status parse_string(parser *ps, char *out, size_t cap) {
   size_t n = 0;
   while (ps->p < ps->end && *ps->p != q) {
     if (*ps->p == '\\') return bad_header(ps, "an escape in a string");
+    /* NumPy's literal_eval refuses a NUL in the header; a control byte
+     * would otherwise end the text compared ('<f4\0junk' read as '<f4') */
+    if ((unsigned char)*ps->p < 0x20) return bad_header(ps, "a control character in a string");
     if (n + 1 >= cap) return bad_header(ps, "an overlong string");
     out[n++] = *ps->p++;
   }
@@ -73,6 +76,11 @@ static attn_status parse_shape(parser *ps, attn_npy_info *info) {
     skip_ws(ps);
     if (ps->p < ps->end && *ps->p == ')') break;
     if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return bad_header(ps, "'shape' holds something other than non-negative integers");
+    /* as Python's literal_eval: 0, 00 are zero, but 0002 is a syntax error */
+    const char *digits = ps->p;
+    while (digits < ps->end && *digits == '0') digits++;
+    if (digits > ps->p && digits < ps->end && *digits >= '1' && *digits <= '9')
+      return bad_header(ps, "a size with a leading zero in 'shape'");
     int64_t v = 0;
     while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
       int digit = *ps->p++ - '0';
@@ -194,109 +202,78 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
   return ATTN_OK;
 }
 
-/* Open path for reading and return its size, refusing what is not a regular file. */
-static FILE *open_regular(const char *path, int64_t *file_size) {
+attn_status attn_npy_open(const char *path, int *fd, int64_t *file_size) {
   attn_file_problem why;
-  FILE *f = attn_fopen_regular(path, file_size, &why);
-  if (f) return f;
-  if (why == ATTN_FILE_CANNOT_OPEN) file_error(path, "open");
-  else if (why == ATTN_FILE_CANNOT_STAT) file_error(path, "stat");
-  else attn_fail(ATTN_EARG, "cannot read '%s': not a regular file", path);
-  return NULL;
+  *fd = attn_open_regular(path, file_size, &why);
+  if (*fd >= 0) return ATTN_OK;
+  if (why == ATTN_FILE_CANNOT_OPEN) return file_error(path, "open");
+  if (why == ATTN_FILE_CANNOT_STAT) return file_error(path, "stat");
+  return attn_fail(ATTN_EARG, "cannot read '%s': not a regular file", path);
 }
 
-attn_status attn_npy_read_header(const char *path, attn_npy_info *info) {
-  int64_t file_size;
-  FILE *f = open_regular(path, &file_size);
-  if (!f) return ATTN_EARG;
+attn_status attn_npy_read_header(const char *path, int fd, int64_t file_size, attn_npy_info *info) {
   unsigned char pre[12];
-  size_t got = fread(pre, 1, sizeof pre, f);
-  if (ferror(f)) {
-    attn_status st = file_error(path, "read");
-    fclose(f);
-    return st;
-  }
+  int64_t got64 = attn_read_at(fd, pre, sizeof pre, 0);
+  if (got64 < 0) return file_error(path, "read");
+  size_t got = (size_t)got64;
   /* Too short for the preamble, or not a .npy file: the parser says which. */
-  if (got < 10 || memcmp(pre, MAGIC, MAGIC_LEN) != 0 || (pre[6] != 1 && got < 12)) {
-    fclose(f);
+  if (got < 10 || memcmp(pre, MAGIC, MAGIC_LEN) != 0 || (pre[6] != 1 && got < 12))
     return attn_npy_parse_header(path, pre, got, file_size, info);
-  }
   size_t preamble = pre[6] == 1 ? 10 : 12;
   uint32_t hlen = pre[6] == 1 ? (uint32_t)pre[8] | (uint32_t)pre[9] << 8
                               : (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 |
                                     (uint32_t)pre[11] << 24;
-  if (hlen > MAX_HEADER || (int64_t)(preamble + hlen) > file_size) {
+  if (hlen > MAX_HEADER || (int64_t)(preamble + hlen) > file_size)
     /* let the parser report the bad length with what the file holds */
-    fclose(f);
     return attn_npy_parse_header(path, pre, got < (size_t)file_size ? got : (size_t)file_size, file_size, info);
-  }
   size_t total = preamble + hlen;
   unsigned char *buf = malloc(total);
-  if (!buf) {
-    fclose(f);
-    return attn_fail(ATTN_ENOMEM, "cannot allocate %lu bytes for the header of '%s'", (unsigned long)total, path);
-  }
-  size_t head = got < total ? got : total;
-  memcpy(buf, pre, head);
-  size_t more = total > head ? fread(buf + head, 1, total - head, f) : 0;
-  int err = ferror(f);
-  fclose(f);
+  if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %lu bytes for the header of '%s'", (unsigned long)total, path);
+  int64_t have = attn_read_at(fd, buf, total, 0);
   attn_status st;
-  if (err) st = attn_fail(ATTN_EARG, "cannot read '%s': read error", path);
-  else if (head + more < total)
-    st = attn_fail(ATTN_EARG, "'%s' is truncated: the file ends inside the header", path);
+  if (have < 0) st = file_error(path, "read");
+  else if ((size_t)have < total) st = attn_fail(ATTN_EARG, "'%s' is truncated: the file ends inside the header", path);
   else st = attn_npy_parse_header(path, buf, total, file_size, info);
   free(buf);
   return st;
 }
 
-attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, float *out) {
-  int64_t file_size;
-  FILE *f = open_regular(path, &file_size);
-  if (!f) return ATTN_EARG;
-  attn_status st = ATTN_OK;
-  if (file_size - info->data_offset < info->numel * (int64_t)info->dtype) {
-    st = attn_fail(ATTN_EARG, "'%s' is truncated: it changed while it was read", path);
-  } else if (fseeko(f, (off_t)info->data_offset, SEEK_SET) != 0) {
-    st = file_error(path, "seek in");
-  } else if (info->dtype == ATTN_NPY_F4) {
-    int le = attn_host_is_little_endian();
-    int64_t done = 0;
-    unsigned char raw[CHUNK * 4];
-    while (done < info->numel && st == ATTN_OK) {
-      size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
-      if (le) {
-        if (fread(out + done, 4, n, f) != n) st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
-      } else if (fread(raw, 4, n, f) != n) {
-        st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
-      } else {
-        for (size_t i = 0; i < n; i++) {
-          uint32_t u = attn_load_u32le(raw + 4 * i);
-          memcpy(out + done + (int64_t)i, &u, 4);
-        }
-      }
-      done += (int64_t)n;
+static attn_status data_ends_early(const char *path) {
+  return attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early (the file shrank while it was read)", path);
+}
+
+attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out) {
+  int64_t off = info->data_offset;
+  int le = attn_host_is_little_endian();
+  int64_t item = (int64_t)info->dtype;
+  unsigned char raw[CHUNK * 8];
+  for (int64_t done = 0; done < info->numel;) {
+    size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
+    if (info->dtype == ATTN_NPY_F4 && le) { /* straight into place, all at once */
+      size_t bytes = (size_t)(info->numel - done) * 4;
+      int64_t got = attn_read_at(fd, out + done, bytes, off);
+      if (got < 0) return file_error(path, "read");
+      if ((size_t)got < bytes) return data_ends_early(path);
+      break;
     }
-  } else {
-    int64_t done = 0;
-    unsigned char raw[CHUNK * 8];
-    while (done < info->numel && st == ATTN_OK) {
-      size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
-      if (fread(raw, 8, n, f) != n) {
-        st = attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early", path);
-        break;
-      }
-      for (size_t i = 0; i < n; i++) {
+    int64_t got = attn_read_at(fd, raw, n * (size_t)item, off);
+    if (got < 0) return file_error(path, "read");
+    if ((size_t)got < n * (size_t)item) return data_ends_early(path);
+    for (size_t i = 0; i < n; i++) {
+      if (info->dtype == ATTN_NPY_F4) {
+        uint32_t u = attn_load_u32le(raw + 4 * i);
+        memcpy(out + done + (int64_t)i, &u, 4);
+      } else {
         uint64_t u = attn_load_u64le(raw + 8 * i);
         double d;
         memcpy(&d, &u, 8);
         out[done + (int64_t)i] = attn_f64_to_f32(d);
       }
-      done += (int64_t)n;
     }
+    done += (int64_t)n;
+    off += (int64_t)n * item;
   }
-  fclose(f);
-  return st;
+  return ATTN_OK;
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -316,11 +293,12 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t) {
   n += pad;
   header[n++] = '\n';
 
-  FILE *f = fopen(path, "wb");
-  if (!f) return attn_fail(ATTN_EARG, "cannot open '%s' for writing: %s", path, strerror(errno));
+  attn_out_file of;
+  if (!attn_out_open(path, &of)) return attn_fail(ATTN_EARG, "cannot open '%s' for writing: %s", path, strerror(errno));
+  FILE *f = of.f;
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff),
                            (unsigned char)(n >> 8)};
   int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n && attn_write_f32le(f, t);
-  if (!attn_finish_write(f, path, ok)) return file_error(path, "write");
+  if (!attn_out_finish(&of, ok)) return file_error(path, "write");
   return ATTN_OK;
 }

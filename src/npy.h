@@ -3,10 +3,12 @@
  * little-endian float64 ('<f8') is read and converted to float32. Arrays
  * must be in C order. Every malformed file is an ATTN_EARG naming the path.
  *
- * Loading is two calls so that the caller can allocate the tensor in
- * between without holding an open file: attn_npy_read_header() parses and
- * checks the header (and that the file holds all the data it announces),
- * attn_npy_read_data() reads the elements into a buffer of info->numel floats. */
+ * Loading reads through one file descriptor (so a file replaced by rename
+ * meanwhile is read whole, old or new): attn_npy_open() opens it,
+ * attn_npy_read_header() parses and checks the header (and that the file
+ * holds all the data it announces), the caller allocates the tensor,
+ * attn_npy_read_data() reads the elements into it; the caller closes the
+ * descriptor. */
 #ifndef ATTN_NPY_H
 #define ATTN_NPY_H
 
@@ -25,15 +27,18 @@ typedef struct attn_npy_info {
   int64_t data_offset;       /* bytes from the file start to the first element */
 } attn_npy_info;
 
-/* Parse the header of the .npy file at path into info. */
-attn_status attn_npy_read_header(const char *path, attn_npy_info *info);
+/* Open the .npy file at path for reading: *fd and its size; a message naming
+ * path when it cannot be opened or is not a regular file (nothing left open). */
+attn_status attn_npy_open(const char *path, int *fd, int64_t *file_size);
+/* Parse the header of the .npy file open as fd (path for messages) into info. */
+attn_status attn_npy_read_header(const char *path, int fd, int64_t file_size, attn_npy_info *info);
 /* Parse a header held in memory (the magic string onwards, len bytes); for
  * attn_npy_read_header and tests. file_size is the whole file's size in bytes,
  * or -1 when unknown (then the data length is not checked). */
 attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, size_t len, int64_t file_size,
                                   attn_npy_info *info);
-/* Read info->numel elements of the file described by info into out (float32). */
-attn_status attn_npy_read_data(const char *path, const attn_npy_info *info, float *out);
+/* Read info->numel elements of the file open as fd, described by info, into out (float32). */
+attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out);
 /* Write t (any strides) to path as a version 1.0 '<f4' C-order .npy file. */
 attn_status attn_npy_write(const char *path, const attn_tensor *t);
 

@@ -23,27 +23,20 @@ static attn_status file_error(const char *path, const char *what) {
   return attn_fail(ATTN_EARG, "%s: cannot %s the file: %s", path, what, strerror(errno));
 }
 
-/* Open path for reading and return its size, refusing what is not a regular file. */
-static FILE *open_regular(const char *path, int64_t *file_size) {
+attn_status attn_st_open(const char *path, int *fd, int64_t *file_size) {
   attn_file_problem why;
-  FILE *f = attn_fopen_regular(path, file_size, &why);
-  if (f) return f;
-  if (why == ATTN_FILE_CANNOT_OPEN) file_error(path, "open");
-  else if (why == ATTN_FILE_CANNOT_STAT) file_error(path, "stat");
-  else
-    attn_fail(ATTN_EARG, "%s: cannot read it: not a regular file%s", path,
-              why == ATTN_FILE_IS_DIRECTORY ? " (a directory)" : "");
-  return NULL;
+  *fd = attn_open_regular(path, file_size, &why);
+  if (*fd >= 0) return ATTN_OK;
+  if (why == ATTN_FILE_CANNOT_OPEN) return file_error(path, "open");
+  if (why == ATTN_FILE_CANNOT_STAT) return file_error(path, "stat");
+  return attn_fail(ATTN_EARG, "%s: cannot read it: not a regular file%s", path,
+                   why == ATTN_FILE_IS_DIRECTORY ? " (a directory)" : "");
 }
 
-attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t *file_size) {
-  FILE *f = open_regular(path, file_size);
-  if (!f) return ATTN_EARG;
+attn_status attn_st_read_prefix(const char *path, int fd, int64_t file_size, uint64_t *header_len) {
   unsigned char pre[8];
-  size_t got = fread(pre, 1, sizeof pre, f);
-  int err = ferror(f);
-  fclose(f);
-  if (err) return attn_fail(ATTN_EARG, "%s: cannot read the file: read error", path);
+  int64_t got = attn_read_at(fd, pre, sizeof pre, 0);
+  if (got < 0) return file_error(path, "read");
   if (got < 8)
     return attn_fail(ATTN_EARG, "%s: truncated: %lu bytes, too short for the 8-byte header length of a "
                      "safetensors file", path, (unsigned long)got);
@@ -51,9 +44,9 @@ attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t 
   if (n > ATTN_ST_MAX_HEADER)
     return attn_fail(ATTN_EARG, "%s: not a safetensors file: its header length %llu is absurd (more than %d bytes)",
                      path, (unsigned long long)n, ATTN_ST_MAX_HEADER);
-  if ((int64_t)n > *file_size - 8)
+  if ((int64_t)n > file_size - 8)
     return attn_fail(ATTN_EARG, "%s: truncated: the header length is %llu bytes but the file holds only %lld "
-                     "after it", path, (unsigned long long)n, (long long)(*file_size - 8));
+                     "after it", path, (unsigned long long)n, (long long)(file_size - 8));
   if (n < 2)
     return attn_fail(ATTN_EARG, "%s: not a safetensors file: a header of %llu bytes cannot hold a JSON object",
                      path, (unsigned long long)n);
@@ -61,16 +54,12 @@ attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t 
   return ATTN_OK;
 }
 
-attn_status attn_st_read_header(const char *path, unsigned char *buf, size_t len) {
-  int64_t file_size;
-  FILE *f = open_regular(path, &file_size);
-  if (!f) return ATTN_EARG;
-  attn_status st = ATTN_OK;
-  if (fseeko(f, 8, SEEK_SET) != 0) st = file_error(path, "seek in");
-  else if (fread(buf, 1, len, f) != len)
-    st = attn_fail(ATTN_EARG, "%s: truncated: the file ends inside its %lu-byte header", path, (unsigned long)len);
-  fclose(f);
-  return st;
+attn_status attn_st_read_header(const char *path, int fd, unsigned char *buf, size_t len) {
+  int64_t got = attn_read_at(fd, buf, len, 8);
+  if (got < 0) return file_error(path, "read");
+  if ((size_t)got < len)
+    return attn_fail(ATTN_EARG, "%s: truncated: the file ends inside its %lu-byte header", path, (unsigned long)len);
+  return ATTN_OK;
 }
 
 /* ---- the header's JSON ---------------------------------------------------- */
@@ -496,39 +485,38 @@ static float convert(attn_st_dtype dtype, const unsigned char *b) {
   }
 }
 
-attn_status attn_st_read_data(const char *path, uint64_t header_len, const attn_st_entry *entries, int64_t n) {
-  int64_t file_size;
-  FILE *f = open_regular(path, &file_size);
-  if (!f) return ATTN_EARG;
+static attn_status data_ends_early(const char *path) {
+  return attn_fail(ATTN_EARG, "%s: truncated: the data ends early (the file shrank while it was read)", path);
+}
+
+attn_status attn_st_read_data(const char *path, int fd, uint64_t header_len, const attn_st_entry *entries,
+                              int64_t n) {
   int64_t base = 8 + (int64_t)header_len;
-  attn_status st = ATTN_OK;
   int le = attn_host_is_little_endian();
   unsigned char raw[CHUNK * 8];
-  for (int64_t i = 0; i < n && st == ATTN_OK; i++) {
+  for (int64_t i = 0; i < n; i++) {
     const attn_st_entry *e = &entries[i];
     if (e->numel == 0) continue;
-    if (file_size - base < e->end) {
-      st = attn_fail(ATTN_EARG, "%s: truncated: it changed while it was read", path);
-    } else if (fseeko(f, (off_t)(base + e->begin), SEEK_SET) != 0) {
-      st = file_error(path, "seek in");
-    } else if (e->dtype == ATTN_ST_F32 && le) {
-      if (fread(e->out, 4, (size_t)e->numel, f) != (size_t)e->numel)
-        st = attn_fail(ATTN_EARG, "%s: truncated: the data ends early", path);
-    } else {
-      size_t item = (size_t)dtype_bytes[e->dtype];
-      for (int64_t done = 0; done < e->numel && st == ATTN_OK;) {
-        size_t k = (size_t)(e->numel - done < CHUNK ? e->numel - done : CHUNK);
-        if (fread(raw, item, k, f) != k) {
-          st = attn_fail(ATTN_EARG, "%s: truncated: the data ends early", path);
-          break;
-        }
-        for (size_t j = 0; j < k; j++) e->out[done + (int64_t)j] = convert(e->dtype, raw + item * j);
-        done += (int64_t)k;
-      }
+    if (e->dtype == ATTN_ST_F32 && le) {
+      size_t bytes = (size_t)e->numel * 4;
+      int64_t got = attn_read_at(fd, e->out, bytes, base + e->begin);
+      if (got < 0) return file_error(path, "read");
+      if ((size_t)got < bytes) return data_ends_early(path);
+      continue;
+    }
+    size_t item = (size_t)dtype_bytes[e->dtype];
+    int64_t off = base + e->begin;
+    for (int64_t done = 0; done < e->numel;) {
+      size_t k = (size_t)(e->numel - done < CHUNK ? e->numel - done : CHUNK);
+      int64_t got = attn_read_at(fd, raw, item * k, off);
+      if (got < 0) return file_error(path, "read");
+      if ((size_t)got < item * k) return data_ends_early(path);
+      for (size_t j = 0; j < k; j++) e->out[done + (int64_t)j] = convert(e->dtype, raw + item * j);
+      done += (int64_t)k;
+      off += (int64_t)(item * k);
     }
   }
-  fclose(f);
-  return st;
+  return ATTN_OK;
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -646,17 +634,18 @@ attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n
                      (unsigned long long)b.n, ATTN_ST_MAX_HEADER);
   }
 
-  FILE *f = fopen(path, "wb");
-  if (!f) {
+  attn_out_file of;
+  if (!attn_out_open(path, &of)) {
     st = attn_fail(ATTN_EARG, "%s: cannot open the file for writing: %s", path, strerror(errno));
     free(b.p);
     return st;
   }
+  FILE *f = of.f;
   unsigned char pre[8];
   for (int j = 0; j < 8; j++) pre[j] = (unsigned char)((uint64_t)b.n >> (8 * j));
   int ok = fwrite(pre, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
   free(b.p);
   for (int64_t i = 0; i < n && ok; i++) ok = attn_write_f32le(f, items[i].t);
-  if (!attn_finish_write(f, path, ok)) return file_error(path, "write");
+  if (!attn_out_finish(&of, ok)) return file_error(path, "write");
   return ATTN_OK;
 }

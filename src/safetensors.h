@@ -9,9 +9,12 @@
  * F64 rounded to nearest, out-of-range values becoming +-inf as in torch's
  * .float()). Any other dtype is refused, naming it.
  *
- * Loading never allocates: the caller (the Lua binding) owns every buffer,
- * so that it can allocate them as garbage-collected userdata:
- *   1. attn_st_read_prefix()  the header length and the file size;
+ * Loading never allocates and reads through one file descriptor (so a file
+ * replaced by rename meanwhile is read whole, old or new): the caller (the
+ * Lua binding) owns every buffer, so that it can allocate them as
+ * garbage-collected userdata, and closes the descriptor:
+ *   0. attn_st_open()         the descriptor and the file size;
+ *   1. attn_st_read_prefix()  the header length;
  *   2. attn_st_read_header()  the N header bytes into a buffer of the caller;
  *   3. attn_st_parse()        once with entries == NULL to count them, then
  *                             again with arrays of those counts (and a string
@@ -55,11 +58,13 @@ typedef struct attn_st_header {
   int64_t n_entries, n_meta; /* set by attn_st_parse */
 } attn_st_header;
 
-/* Open path, check that it is a regular file holding a plausible header, and
- * return the header length N and the file's size. */
-attn_status attn_st_read_prefix(const char *path, uint64_t *header_len, int64_t *file_size);
+/* Open path for reading: *fd and the file's size; a message naming path when
+ * it cannot be opened or is not a regular file (nothing left open). */
+attn_status attn_st_open(const char *path, int *fd, int64_t *file_size);
+/* Check that the file open as fd holds a plausible header: its length N. */
+attn_status attn_st_read_prefix(const char *path, int fd, int64_t file_size, uint64_t *header_len);
 /* Read the len header bytes (those after the 8-byte prefix) into buf. */
-attn_status attn_st_read_header(const char *path, unsigned char *buf, size_t len);
+attn_status attn_st_read_header(const char *path, int fd, unsigned char *buf, size_t len);
 /* Parse and check a header of len bytes; data_len is the size of the data
  * section (file size - 8 - len). With h->entries == NULL only counts (and
  * checks each entry); with arrays of those counts it fills them and also
@@ -68,7 +73,8 @@ attn_status attn_st_read_header(const char *path, unsigned char *buf, size_t len
 attn_status attn_st_parse(const char *path, const unsigned char *buf, size_t len, int64_t data_len,
                           attn_st_header *h);
 /* Read the elements of every entry into entry->out (float32), converting. */
-attn_status attn_st_read_data(const char *path, uint64_t header_len, const attn_st_entry *entries, int64_t n);
+attn_status attn_st_read_data(const char *path, int fd, uint64_t header_len, const attn_st_entry *entries,
+                              int64_t n);
 
 /* One tensor to write: its name (any bytes) and the tensor (any strides). */
 typedef struct attn_st_item {

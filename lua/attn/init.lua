@@ -70,7 +70,10 @@ end
 Tensor.allclose = attn.allclose
 
 --- The same tensor (every tensor is float32); for code ported from PyTorch.
-function Tensor.float(t) return t end
+function Tensor.float(t)
+  check_tensor(t, "Tensor:float", 1, "self")
+  return t
+end
 -- Run t:method(other:size()), its error re-raised under `fname` (what the user called).
 local function as_shape_of(fname, method, t, other)
   check_tensor(t, fname, 1, "self")

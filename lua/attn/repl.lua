@@ -11,15 +11,34 @@ local M = {}
 M.BANNER = "attn REPL (" .. _VERSION .. "): attn and nn are loaded. attn.help() lists the topics,"
   .. " attn.help(attn.matmul) explains one. Ctrl-D quits."
 
+-- tostring(v) that never raises: the text, or nil and why not (a __tostring
+-- that raises, or returns something other than a string).
+local function safe_tostring(v)
+  local ok, text = pcall(tostring, v)
+  if ok then return text end
+  return nil, type(text) == "string" and text or "(error object is a " .. type(text) .. " value)"
+end
+
 -- "stdin:3: attn.allclose: ..." -> "attn.allclose: ..." (the chunk is what was
--- just typed: its name and line say nothing)
+-- just typed: its name and line say nothing). Never raises, whatever msg is.
+local THIS_FILE = debug.getinfo(1, "S").source:match("^@(.*)$")
+
+local function strip_position(msg)
+  msg = msg:gsub("^stdin:%d+: ", "")
+  if THIS_FILE and msg:sub(1, #THIS_FILE + 1) == THIS_FILE .. ":" then msg = msg:gsub("^[^\n]-:%d+: ", "", 1) end
+  return msg
+end
+
 local function clean_message(msg)
-  if type(msg) ~= "string" then
-    local mt = getmetatable(msg)
-    if mt and mt.__tostring then return tostring(msg) end
-    return "(error object is a " .. type(msg) .. " value)"
+  if type(msg) == "string" then return strip_position(msg) end
+  local ok, mt = pcall(getmetatable, msg)
+  if ok and type(mt) == "table" and rawget(mt, "__tostring") ~= nil then
+    local text, why = safe_tostring(msg)
+    if text then return text end
+    return "(error object is a " .. type(msg) .. " value; its __tostring raised an error: "
+      .. strip_position(why) .. ")"
   end
-  return (msg:gsub("^stdin:%d+: ", ""))
+  return "(error object is a " .. type(msg) .. " value)"
 end
 
 -- A short rendering of a plain table: sequences of at most 20 numbers,
@@ -41,19 +60,24 @@ local function show_table(t)
   return "{" .. table.concat(parts, ", ") .. "}"
 end
 
+-- The text of values[first..last] (see M.show); raises when a __tostring does.
+local function show_values(values, first, last)
+  if last < first then return nil end
+  local parts = {}
+  for i = first, last do
+    local v = values[i]
+    if type(v) == "table" then parts[#parts + 1] = show_table(v) else parts[#parts + 1] = tostring(v) end
+  end
+  return table.concat(parts, "\t")
+end
+
 --- The text a REPL prints for the values of an expression: each value as
 -- tostring gives it (tensors in PyTorch's format, short lists as {1, 2}),
 -- separated by tabs; nil when there are none.
 -- @param n the number of values
 -- @param ... the values
 function M.show(n, ...)
-  if n == 0 then return nil end
-  local parts = {}
-  for i = 1, n do
-    local v = select(i, ...)
-    if type(v) == "table" then parts[i] = show_table(v) else parts[i] = tostring(v) end
-  end
-  return table.concat(parts, "\t")
+  return show_values({ ... }, 1, n)
 end
 
 --- Compile one chunk of input as lua.c does: first as `return <chunk>` (an
@@ -95,8 +119,13 @@ function M.loop(io_)
       if not res[1] then
         write("error: " .. clean_message(res[2]) .. "\n")
       else
-        local text = M.show(res.n - 1, table.unpack(res, 2, res.n))
-        if text then write(text .. "\n") end
+        -- a value whose __tostring raises is an error to print, not the end of the session
+        local ok, text = pcall(show_values, res, 2, res.n)
+        if not ok then
+          write("error: cannot print the value: __tostring raised an error: " .. clean_message(text) .. "\n")
+        elseif text then
+          write(text .. "\n")
+        end
       end
     end
   end

@@ -37,6 +37,10 @@ local function check_opts(fname, opts, arg)
       fail(fname, "option '%s' must be a string, got %s", key, type(opts[key]))
     end
   end
+  -- io.open would cut the path at a NUL and write somewhere else
+  if opts.file ~= nil and opts.file:find("\0", 1, true) then
+    fail(fname, "bad option 'file' (a path with an embedded NUL byte)")
+  end
   for _, key in ipairs({ "vmin", "vmax", "cell" }) do
     local v = opts[key]
     if v ~= nil and (type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge) then

@@ -120,8 +120,27 @@ function Module:forward()
   fail(self, "forward", "not implemented (the class defines no forward method)")
 end
 
+-- The directory of attn's Lua files ("/.../attn/"): a position there means
+-- nothing to the caller of m(x).
+local LIB_DIR = debug.getinfo(1, "S").source:match("^@(.*/)nn/Module%.lua$")
+
+-- An error raised inside m:forward, worded for the caller of m(x): it names
+-- Class:forward (unless it already names some forward), without a position
+-- inside attn's own files. Error objects that are not strings pass unchanged.
+local function forward_error(self, err)
+  if type(err) ~= "string" then return err end
+  if LIB_DIR and err:sub(1, #LIB_DIR) == LIB_DIR then err = err:gsub("^[^\n]-:%d+: ", "", 1) end
+  if err:match("^[%a_][%w_]*:forward[%w_]*: ") then return err end
+  return class_name(self) .. ":forward: " .. err
+end
+
+local function forward_results(self, ok, ...)
+  if ok then return ... end
+  error(forward_error(self, (...)), 2) -- level 2: the caller of m(x) (this is a tail call of __call)
+end
+
 function Module.__call(self, ...)
-  return self:forward(...)
+  return forward_results(self, pcall(self.forward, self, ...))
 end
 
 local function check_name(self, method, name)
