@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "threads.h"
+
 /* ---- §1 MT19937 ---------------------------------------------------------- */
 
 void attn_rng_seed(attn_generator *g, uint64_t seed) {
@@ -239,7 +241,7 @@ void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, flo
     return;
   }
   int64_t nblocks = (n + DROPOUT_BLOCK - 1) / DROPOUT_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(nblocks))
   for (int64_t b = 0; b < nblocks; b++) {
     int64_t off = b * DROPOUT_BLOCK;
     int64_t len = n - off < DROPOUT_BLOCK ? n - off : DROPOUT_BLOCK;
