@@ -23,16 +23,6 @@ void attn_rng_seed(attn_generator *g, uint64_t seed) {
   g->normal = 0.0;
 }
 
-attn_generator *attn_default_generator(void) {
-  static attn_generator gen;
-  static int ready;
-  if (!ready) {
-    attn_rng_seed(&gen, ATTN_RNG_DEFAULT_SEED);
-    ready = 1;
-  }
-  return &gen;
-}
-
 static void twist(attn_generator *g) {
   uint32_t *mt = g->mt;
   for (int k = 0; k < ATTN_MT_N; k++) {
