@@ -21,6 +21,7 @@
 
 #include "attention.h"
 #include "rng.h"
+#include "threads.h"
 
 /* Query rows per work item; a constant, so the split (and the bits) never
  * depend on the thread count. */
@@ -357,9 +358,7 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   int64_t items;
   if (__builtin_mul_overflow(nb, c.nblk, &items))
     return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
-  int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (nthreads < 1) nthreads = 1;
-  if (items < nthreads) nthreads = (int)items;
+  int nthreads = attn_threads_for(items);
   size_t total = 0, bytes;
   ok = ok && add_floats(&total, (int64_t)block, nthreads);
   if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))

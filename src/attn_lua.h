@@ -64,6 +64,10 @@ void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);
 void attnL_open_attention(lua_State *L);
 void attnL_open_rng(lua_State *L);
+/* This Lua state's random generator (torch's default CPU generator): one per
+ * state, kept in the registry and created by luaopen, shared by the state's
+ * coroutines. Two states (e.g. on two OS threads) never share one. */
+struct attn_generator *attnL_generator(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);

@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "threads.h"
+
 /* Below this many elements a walk stays on the calling thread. */
 #define ATTN_PARALLEL_MIN 32768
 
@@ -80,7 +82,7 @@ void attn_foreach(int nops, const attn_tensor *const *ops, attn_row_fn fn, const
     if (rows == 1 && total >= ATTN_PARALLEL_MIN && !omp_in_parallel()) {
       /* one long row: split it into pieces, one per thread */
       int64_t n = w.size[0];
-#pragma omp parallel
+#pragma omp parallel num_threads(attn_threads_for(n / (ATTN_PARALLEL_MIN / 4)))
       {
         int nth = omp_get_num_threads(), tid = omp_get_thread_num();
         int64_t b = n * tid / nth, e = n * (tid + 1) / nth;
@@ -97,7 +99,7 @@ void attn_foreach(int nops, const attn_tensor *const *ops, attn_row_fn fn, const
     walk_rows(&w, 0, rows, fn, ctx);
     return;
   }
-#pragma omp parallel
+#pragma omp parallel num_threads(attn_threads_for(rows))
   {
     int nth = omp_get_num_threads(), tid = omp_get_thread_num();
     int64_t b = rows * tid / nth, e = rows * (tid + 1) / nth;

@@ -92,7 +92,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
   }
   if (o->dropout_p > 0.0) {
     /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
-    o->dropout_draw = attn_rng_u32(attn_default_generator());
+    o->dropout_draw = attn_rng_u32(attnL_generator(L));
   }
   if (kernel == KERNEL_AUTO) {
     int64_t nb = attn_sizes_product(ndim - 2, size);

@@ -90,7 +90,7 @@ static int l_attention_forward(lua_State *L) {
   attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
   if (m.dropout_p > 0.0) {
     /* one 32-bit draw per call, where the Lua path's scaled_dot_product_attention draws it */
-    m.dropout_draw = attn_rng_u32(attn_default_generator());
+    m.dropout_draw = attn_rng_u32(attnL_generator(L));
   }
   if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
   return 1;

@@ -1,4 +1,4 @@
-/* Random numbers from Lua, on the process-wide default generator (rng.h):
+/* Random numbers from Lua, on the Lua state's generator (attnL_generator):
  * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, rand, randn,
  * rng_raw_u32, dropout; methods t:uniform_ and t:normal_. */
 #include <math.h>
@@ -8,6 +8,29 @@
 #include "ops.h"
 #include "rng.h"
 
+/* The registry key of the state's generator (a full userdata). */
+static const char GENERATOR_KEY = 0;
+
+attn_generator *attnL_generator(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &GENERATOR_KEY);
+  attn_generator *g = lua_type(L, -1) == LUA_TUSERDATA && lua_rawlen(L, -1) == sizeof *g ? lua_touserdata(L, -1) : NULL;
+  lua_pop(L, 1); /* the registry keeps it alive */
+  if (!g) luaL_error(L, "attn: the random generator is missing (was the registry altered?)");
+  return g;
+}
+
+/* Creates the state's generator, seeded as torch's default, unless a
+ * previous require of attn.core in this state already did. */
+static void open_generator(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &GENERATOR_KEY);
+  int have = lua_touserdata(L, -1) != NULL;
+  lua_pop(L, 1);
+  if (have) return;
+  attn_generator *g = lua_newuserdatauv(L, sizeof *g, 0);
+  attn_rng_seed(g, ATTN_RNG_DEFAULT_SEED);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &GENERATOR_KEY);
+}
+
 typedef void (*fill_fn)(attn_generator *g, float *out, int64_t n, double a, double b);
 
 /* Fill t with fn's numbers in torch's order for an in-place nullary op: the
@@ -15,7 +38,7 @@ typedef void (*fill_fn)(attn_generator *g, float *out, int64_t n, double a, doub
  * row-major for contiguous tensors. Non-contiguous targets are filled through
  * a contiguous temporary in that order, then copied. */
 static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a, double b, const char *fname) {
-  attn_generator *g = attn_default_generator();
+  attn_generator *g = attnL_generator(L);
   int64_t n = attn_numel(t);
   if (n == 0) return;
   if (attn_is_contiguous(t)) {
@@ -62,18 +85,18 @@ static int r_manual_seed(lua_State *L) {
   if (lua_type(L, 1) != LUA_TNUMBER)
     attnL_error(L, fn, "bad argument #1 'seed' (expected integer, got %s)", luaL_typename(L, 1));
   int64_t s = attnL_checkinteger(L, 1, fn, "seed");
-  attn_rng_seed(attn_default_generator(), (uint64_t)s); /* two's complement, as torch */
+  attn_rng_seed(attnL_generator(L), (uint64_t)s); /* two's complement, as torch */
   return 0;
 }
 
 static int r_initial_seed(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)attn_default_generator()->seed);
+  lua_pushinteger(L, (lua_Integer)attnL_generator(L)->seed);
   return 1;
 }
 
 static int r_get_rng_state(lua_State *L) {
   unsigned char buf[ATTN_RNG_STATE_BYTES];
-  attn_rng_get_state(attn_default_generator(), buf);
+  attn_rng_get_state(attnL_generator(L), buf);
   lua_pushlstring(L, (const char *)buf, sizeof buf);
   return 1;
 }
@@ -85,7 +108,7 @@ static int r_set_rng_state(lua_State *L) {
                 luaL_typename(L, 1));
   size_t len;
   const char *s = lua_tolstring(L, 1, &len);
-  if (attn_rng_set_state(attn_default_generator(), (const unsigned char *)s, (int64_t)len) != ATTN_OK)
+  if (attn_rng_set_state(attnL_generator(L), (const unsigned char *)s, (int64_t)len) != ATTN_OK)
     attnL_core_error(L, fn);
   return 0;
 }
@@ -97,7 +120,7 @@ static int r_raw_u32(lua_State *L) {
   int64_t n = attnL_checkinteger(L, 1, fn, "n");
   if (n < 0 || n > (int64_t)1 << 24)
     attnL_error(L, fn, "bad argument #1 'n' (expected 0 <= n <= 16777216, got %I)", (lua_Integer)n);
-  attn_generator *g = attn_default_generator();
+  attn_generator *g = attnL_generator(L);
   lua_createtable(L, (int)n, 0);
   for (int64_t i = 1; i <= n; i++) {
     lua_pushinteger(L, (lua_Integer)attn_rng_u32(g));
@@ -112,7 +135,7 @@ static int r_rand(lua_State *L) {
   int64_t size[ATTN_MAX_DIMS];
   int n = attnL_checksizes(L, 1, size, 0, "attn.rand");
   attn_tensor *t = attnL_push_uninit(L, n, size, "attn.rand");
-  attn_rng_uniform_f32(attn_default_generator(), t->data, attn_numel(t), 0.0, 1.0);
+  attn_rng_uniform_f32(attnL_generator(L), t->data, attn_numel(t), 0.0, 1.0);
   return 1;
 }
 
@@ -120,7 +143,7 @@ static int r_randn(lua_State *L) {
   int64_t size[ATTN_MAX_DIMS];
   int n = attnL_checksizes(L, 1, size, 0, "attn.randn");
   attn_tensor *t = attnL_push_uninit(L, n, size, "attn.randn");
-  attn_rng_normal_f32(attn_default_generator(), t->data, attn_numel(t), 0.0, 1.0);
+  attn_rng_normal_f32(attnL_generator(L), t->data, attn_numel(t), 0.0, 1.0);
   return 1;
 }
 
@@ -178,7 +201,7 @@ static int r_dropout(lua_State *L) {
   if (p == 1.0) {
     for (int64_t i = 0; i < n; i++) out->data[i] = x->data[i] * 0.0f;
   } else {
-    attn_rng_dropout_f32(attn_default_generator(), x->data, out->data, n, p);
+    attn_rng_dropout_f32(attnL_generator(L), x->data, out->data, n, p);
   }
   return 1;
 }
@@ -192,7 +215,7 @@ static const luaL_Reg methods[] = {{"uniform_", m_uniform_}, {"normal_", m_norma
 
 /* Expects [module, methods, metatable] on top; registers into them. */
 void attnL_open_rng(lua_State *L) {
-  (void)attn_default_generator(); /* seed it now, not lazily inside some later call */
+  open_generator(L);
   lua_pushvalue(L, -2);
   luaL_setfuncs(L, methods, 0);
   lua_pop(L, 1);

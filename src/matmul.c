@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "threads.h"
 
 char *openblas_get_corename(void);
 int openblas_get_num_threads(void);
@@ -165,10 +166,8 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   }
   int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items;
   double work = (double)nb * (double)m * (double)n * (double)k;
-  int nthreads = omp_in_parallel() || work < (double)PARALLEL_MIN_FLOPS ? 1 : omp_get_max_threads();
   if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
-  if (nthreads < 1) nthreads = 1;
-  if (items < nthreads) nthreads = (int)items;
+  int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     /* BLAS single-threaded in here, even in a team of one (the region's own ICV) */
@@ -203,9 +202,7 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items = mt * nt;
   double work = (double)m * (double)n * (double)k;
-  int nthreads = omp_in_parallel() || work < (double)PARALLEL_MIN_FLOPS ? 1 : omp_get_max_threads();
-  if (nthreads < 1) nthreads = 1;
-  if (items < nthreads) nthreads = (int)items;
+  int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */

@@ -22,6 +22,7 @@
 #include "modules.h"
 #include "ops.h"
 #include "rng.h"
+#include "threads.h"
 
 /* Multiply-adds up to which the direct loops beat sgemm's call overhead. */
 #define TINY_MACS 32768
@@ -117,7 +118,7 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
   if (!b) return;
   const float *bd = b->data;
   int64_t sb = b->stride[0];
-#pragma omp parallel for schedule(static) if (rows * nout > PARALLEL_ELEMS)
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * nout > PARALLEL_ELEMS)
   for (int64_t r = 0; r < rows; r++) {
     float *yr = y + r * ldy;
     for (int64_t j = 0; j < nout; j++) yr[j] = yr[j] + bd[j * sb];
@@ -170,7 +171,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
     float *ct = ctx;
     if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
       ct = m->wo ? qp : out->data; /* Q is spent */
-#pragma omp parallel for schedule(static) if (rows * d_out > PARALLEL_ELEMS)
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * d_out > PARALLEL_ELEMS)
       for (int64_t r = 0; r < rows; r++) {
         int64_t b = r / n, i = r % n;
         for (int64_t hh = 0; hh < h; hh++)

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "threads.h"
+
 /* ---- §1 MT19937 ---------------------------------------------------------- */
 
 void attn_rng_seed(attn_generator *g, uint64_t seed) {
@@ -19,16 +21,6 @@ void attn_rng_seed(attn_generator *g, uint64_t seed) {
   g->index = ATTN_MT_N;
   g->has_normal = 0;
   g->normal = 0.0;
-}
-
-attn_generator *attn_default_generator(void) {
-  static attn_generator gen;
-  static int ready;
-  if (!ready) {
-    attn_rng_seed(&gen, ATTN_RNG_DEFAULT_SEED);
-    ready = 1;
-  }
-  return &gen;
 }
 
 static void twist(attn_generator *g) {
@@ -239,7 +231,7 @@ void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, flo
     return;
   }
   int64_t nblocks = (n + DROPOUT_BLOCK - 1) / DROPOUT_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(nblocks))
   for (int64_t b = 0; b < nblocks; b++) {
     int64_t off = b * DROPOUT_BLOCK;
     int64_t len = n - off < DROPOUT_BLOCK ? n - off : DROPOUT_BLOCK;

@@ -29,12 +29,12 @@ typedef struct attn_generator {
  * (IEEE bits), all little-endian. */
 #define ATTN_RNG_STATE_BYTES (4 + 4 * ATTN_MT_N + 4 + 8 + 4 + 8)
 
-/* The process-wide default generator (torch's default CPU generator), seeded
- * with ATTN_RNG_DEFAULT_SEED on first use. Kernels that need draws from Lua's
- * attn.manual_seed stream (e.g. dropout inside attention: one attn_rng_u32,
- * then attn_dropout_factors) take them from here. Not locked: use it from one
- * thread at a time, never inside an OpenMP region. */
-attn_generator *attn_default_generator(void);
+/* The core keeps no generator of its own: callers pass one (the binding keeps
+ * one per Lua state, attnL_generator). Kernels that need draws from Lua's
+ * attn.manual_seed stream (dropout inside attention) take one attn_rng_u32
+ * from the caller's generator before the call and use attn_dropout_factors.
+ * A generator is not locked: use each from one thread at a time, never
+ * inside an OpenMP region. */
 
 /* torch.manual_seed: uses seed mod 2^32, clears the cached normal. */
 void attn_rng_seed(attn_generator *g, uint64_t seed);
