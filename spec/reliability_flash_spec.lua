@@ -17,9 +17,10 @@ local function all_finite(t)
   return true
 end
 
--- flash (and auto) finite and within rtol of math, relative to vmax (the
--- largest |v|: an output is a weighted mean of v, so that is its scale)
-local function flash_matches_math(q, k, v, opts, vmax, what)
+-- flash (and auto) finite and within tol (default 1e-5) of math, relative to
+-- vmax (the largest |v|: an output is a weighted mean of v, so that is its scale)
+local function flash_matches_math(q, k, v, opts, vmax, what, tol)
+  tol = tol or 1e-5
   local o = {}
   for key, x in pairs(opts or {}) do o[key] = x end
   o.kernel = "math"
@@ -33,7 +34,7 @@ local function flash_matches_math(q, k, v, opts, vmax, what)
     assert(ok, ("%s: %s kernel gives %s at element %s where math is finite"):format(what, kernel, x, i))
     local a, b = C.flat(got), C.flat(ref)
     for j = 1, #b do
-      if math.abs(a[j] - b[j]) > 1e-5 * vmax then
+      if math.abs(a[j] - b[j]) > tol * vmax then
         error(("%s: %s element %d: %.9g, math %.9g"):format(what, kernel, j, a[j], b[j]), 2)
       end
     end
@@ -96,8 +97,9 @@ describe("flash kernel stays finite where the math kernel is (#11 item 10)", fun
     local mask = C.lcg_tensor(10, 1, lq, lk):gt(0.3) -- about a third hidden
     flash_matches_math(q, k, v, {mask = mask}, 1e37, "mask")
     flash_matches_math(q, k, v, {bias = C.lcg_tensor(11, 4, lq, lk)}, 1e37, "bias")
-    -- scores around +-1e3: nearly one-hot rows
-    flash_matches_math(q * 30, k * 30, v, {is_causal = true}, 1e37, "peaked scores")
+    -- scores up to ~1e3: nearly one-hot rows, whose weights change by ~1e-4
+    -- with the last bit of a score (the kernels sum the scores in other orders)
+    flash_matches_math(q * 30, k * 30, v, {is_causal = true}, 1e37, "peaked scores", 1e-3)
     -- every score equal: the plain mean of 1030 huge values
     flash_matches_math(attn.zeros(1, 2, lq, 32), k, filled(FLT_MAX / 2, 1, 2, lk, 8), {}, FLT_MAX / 2, "equal scores")
   end)
