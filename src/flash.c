@@ -10,28 +10,32 @@
  *       diagonal are never visited; in a block that crosses it each group
  *       of 16 rows stops at its last row's key (scores, softmax and P V all
  *       end there) and only that group's triangle is cut (row i keeps keys <= i)
- *     m' = max(m, colmax St); Pt = exp(St - m'); a = exp(m - m')
- *     l = a l + colsum Pt; Ot = a Ot; Ot += V_blk^T Pt   micro-kernel
- *   out = Ot^T / l (zeros where every key was hidden)
+ *     m' = max(m, colmax St); Pt = exp(St - m'); l' = exp(m - m') l + colsum Pt
+ *     Pt = Pt / l'; Ot = (exp(m - m') l / l') Ot + V_blk^T Pt   micro-kernel
+ *   out = Ot^T (zeros where every key was hidden)
  *
- * Both products go through one register-blocked micro-kernel,
- *   C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc]   (r < 16, c < 6),
- * A packed with the 16 query rows contiguous (two 8-float vectors), B read
- * in place with any strides by scalar broadcasts (K rows for the scores, V
- * rows for the output): 12 accumulators, 12 FMAs per 2 loads + 6 broadcasts.
+ * Ot stays normalised: after each block it is a weighted mean of the values
+ * seen so far (weights summing to 1), so |Ot| <= max |v| up to rounding, and
+ * every result the math kernel gives finite is finite here too (an
+ * unnormalised Ot, divided by l at the end, reached Lk x max |v|: v = 1e36,
+ * Lk = 1000 gave inf; spec/reliability_flash_spec.lua). The cost is one
+ * multiply per score and per block; measured in README's speed table.
  *
- * The exponential is a vectorised polynomial (AVX2 + FMA builds): Cody-Waite
- * reduction x = n ln2 + r, |r| <= ln2 / 2 (n from one FMA and a shifter), and
- * Cephes' degree-7 minimax polynomial for e^r. Measured against double exp
- * over every float in [-87.33, 0] (the kernel's arguments are <= 0): max
- * relative error 1.18e-7 (about 1 ulp). Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0,
- * NaN stays NaN. Builds without AVX2/FMA use plain C loops and glibc's expf
- * (the same algorithm, other roundings: both pass the same specs).
+ * The micro-kernel (both products), the exponential and the softmax step are
+ * per instruction set (src/cpu.h): src/kernels_scalar.c (plain C, glibc's
+ * expf), kernels_avx2.c (16 x 6 micro-tiles of FMAs, a Cephes polynomial exp
+ * with max relative error 1.18e-7 over [-87.33, 0]) and kernels_avx512.c (32
+ * x 12 micro-tiles, the same exp on 16 lanes; the same bits as AVX2). Only
+ * those files are compiled with -m flags; src/cpu.c picks one set once, from
+ * cpuid or ATTN_CPU, and this driver calls it through two function pointers
+ * per key block and row group (gemm_t: a whole product; softmax_step16). The
+ * sets differ in the last bits (within 2e-6 relative, spec/cpu_dispatch_spec.lua).
  *
  * Threads: items run in one OpenMP parallel for; each thread owns its output
  * rows and its scratch tile (allocated before the region). Tile sizes are
- * constants and every sum runs in a fixed order inside one item: the bits of
- * out do not depend on the thread count. */
+ * constants and every sum runs in a fixed order inside one item, whatever
+ * thread runs it: for one kernel set, the bits of out do not depend on the
+ * thread count. */
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
