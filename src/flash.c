@@ -50,8 +50,8 @@
 #define BK ATTN_FLASH_BK
 #define MR ATTN_KERNEL_ROWS /* query rows of a softmax group */
 
-#if BQ % MR != 0 || BQ % 32 != 0
-#error "ATTN_FLASH_BQ must be a multiple of 32"
+#if BQ % MR != 0
+#error "ATTN_FLASH_BQ must be a multiple of 16"
 #endif
 
 const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
@@ -99,7 +99,7 @@ typedef struct flash_item {
   int64_t bi, r0, rows;          /* slice, first query row, rows (<= BQ) */
   const float *kb, *vb;          /* the slice's K and V */
   int64_t sk0, sk1, sv0, sv1;    /* their row and column strides */
-  float *qt, *st, *ot, *m, *l, *a, *f;
+  float *qt, *st, *ot, *m, *l, *a, *f; /* a: the rescale of Ot at each step */
 } flash_item;
 
 /* One online-softmax step of the padded rows [g0, g0 + n_p) (n_p a multiple
