@@ -64,8 +64,10 @@ const char *attn_cpu_forced(void);
  * ifunc, hardware FMA where the CPU has it, but a call per element: rand and
  * the tiny forward took 1.7x and 2x as long). This adds a clone compiled for
  * FMA, where fmaf is one instruction, chosen at load by cpuid; the bits are
- * the same (fmaf rounds once either way). x86-64 only. */
-#if defined(__x86_64__) && !defined(__FMA__) && defined(__GNUC__)
+ * the same (fmaf rounds once either way). x86-64 GCC only (clang 14 names
+ * the clones of an external function so that other files cannot link it;
+ * the fuzz build, with clang, calls glibc's fmaf). */
+#if defined(__x86_64__) && !defined(__FMA__) && defined(__GNUC__) && !defined(__clang__)
 #define ATTN_FMA_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define ATTN_FMA_CLONES
