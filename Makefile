@@ -1,36 +1,57 @@
 # attn: a Lua-scriptable attention engine.
 #   make          build build/attn/core.so and copy the Lua layer into build/
-#   make test     run every busted spec (ends with "N passed, N failed")
-#   make demo     run the notebook demo
+#                 (never installs anything: a missing package is an error that
+#                 names `make deps`)
+#   make deps     install the Debian packages (apt-get as root, or sudo)
+#   make test     deps, then every busted spec (ends with "N passed, N failed")
+#   make demo     deps, then the notebook demo
 #   make install  PREFIX=/usr/local: standard Lua 5.4 paths (or INST_LIBDIR /
 #                 INST_LUADIR for the C and Lua module roots, as luarocks passes)
 #   make doc      LDoc HTML reference into doc/
 #   make static   build-static/: OpenBLAS linked in (to carry to a machine without it)
+#   make asan     the spec suite under ASan + UBSan + LSan; make fuzz-core: libFuzzer
 #   make clean
+# Portable: no -m flag reaches the core. On x86-64 only src/kernels_avx2.c and
+# src/kernels_avx512.c get -mavx2 -mfma / -mavx512f -mfma, and src/cpu.c picks
+# one kernel set at load from cpuid (ATTN_CPU=scalar|avx2|avx512 forces one);
+# elsewhere (arm64) the scalar kernels alone are built. OpenBLAS is found with
+# pkg-config (openblas.pc), else in Debian's multiarch directories.
 
 PREFIX  ?= /usr/local
 BUILD   ?= build
 CC      ?= gcc
 LUA     ?= lua5.4
-BLASDIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
-BLASINC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+ifeq ($(MULTIARCH),)
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)
+endif
+PC_BLASDIR := $(patsubst %/,%,$(shell pkg-config --variable=libdir openblas 2>/dev/null))
+PC_BLASINC := $(patsubst %/,%,$(shell pkg-config --variable=includedir openblas 2>/dev/null))
+BLASDIR ?= $(if $(PC_BLASDIR),$(PC_BLASDIR),/usr/lib/$(MULTIARCH)/openblas-openmp)
+BLASINC ?= $(if $(PC_BLASINC),$(PC_BLASINC),/usr/include/$(MULTIARCH)/openblas-openmp)
 LUA_INCDIR ?= /usr/include/lua5.4
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
 INST_LUADIR ?= $(PREFIX)/share/lua/5.4
 
-# FMA and AVX2 where the building CPU has them (the RNG uses fmaf either way).
-ARCH := $(shell grep -q -w avx2 /proc/cpuinfo 2>/dev/null && grep -q -w fma /proc/cpuinfo 2>/dev/null && echo -mavx2 -mfma)
+# Per-instruction-set kernel files: built, with their flags, on x86-64 only.
+TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
+ISA_SRC := src/kernels_avx2.c src/kernels_avx512.c
+ifeq ($(filter x86_64-%,$(TARGET_MACHINE)),)
+SKIP_SRC := $(ISA_SRC)
+endif
+FLAGS_kernels_avx2   = -mavx2 -mfma
+FLAGS_kernels_avx512 = -mavx512f -mfma
 
 WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS = $(CFLAGS) $(ARCH) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
+ALL_CFLAGS = $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
              -I$(LUA_INCDIR) -I$(BLASINC)
 LDFLAGS ?=
 # -z nodelete: lua_close() dlclose()s the module, which would unload libgomp
 # while its idle worker threads still run its code (a segfault at exit).
 ALL_LDFLAGS = $(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
 
-SRC  := $(wildcard src/*.c)
+SRC  := $(filter-out $(SKIP_SRC),$(wildcard src/*.c))
 OBJ  := $(SRC:src/%.c=$(BUILD)/obj/%.o)
 LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
 LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
@@ -38,8 +59,8 @@ SO   := $(BUILD)/attn/core.so
 
 PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make
 
-.PHONY: all test demo install clean deps doc
-all: deps $(SO) $(LUAOUT)
+.PHONY: all test demo install clean deps doc have-deps
+all: $(SO) $(LUAOUT)
 
 # Install missing Debian packages: as root with apt-get, else with sudo, else say which.
 deps:
@@ -51,9 +72,16 @@ deps:
 	  else echo "attn: missing Debian packages:$$missing -- install them with: sudo apt-get install$$missing" >&2; exit 1; fi; \
 	fi
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | deps
+# Plain `make` only checks: the headers it needs, else one message naming the
+# packages and `make deps`.
+have-deps:
+	@[ -f $(LUA_INCDIR)/lua.h ] && [ -f $(BLASINC)/cblas.h ] || { \
+	  echo "attn: cannot build: missing $(LUA_INCDIR)/lua.h or $(BLASINC)/cblas.h (Debian packages: $(PACKAGES));" \
+	    "run 'make deps' (installs them with apt-get) or set LUA_INCDIR / BLASINC / BLASDIR" >&2; exit 1; }
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | have-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(FLAGS_$*) -c $< -o $@
 
 $(SO): $(OBJ)
 	@mkdir -p $(dir $@)
@@ -63,16 +91,18 @@ $(BUILD)/%.lua: lua/%.lua
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-test: all
+test: deps
+	@$(MAKE) -s all
 	@scripts/run-specs
 
-demo: all
+demo: deps
+	@$(MAKE) -s all
 	@scripts/attn-lua scripts/demo.lua
 	@echo
 	@echo "Notebook ports (scripts/seeds/) against the tensors the notebooks printed:"
 	@scripts/attn-lua scripts/check_seeds.lua
 
-install: all
+install: $(SO) $(LUAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
@@ -98,7 +128,7 @@ ASAN_BUILD = build-asan
 ASAN_OPTS = detect_leaks=1:abort_on_error=0:exitcode=99:quarantine_size_mb=64:allocator_may_return_null=1
 UBSAN_OPTS = print_stacktrace=1:halt_on_error=1
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-asan: deps
+asan: have-deps
 	@$(MAKE) -s BUILD=$(ASAN_BUILD) CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" $(ASAN_BUILD)/attn/core.so \
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
@@ -115,7 +145,7 @@ asan: deps
 # lacks the package: copy build-static/ and lua5.4 there and run
 # ATTN_BUILD=build-static scripts/attn-lua scripts/bench.lua.
 STATIC_BUILD = build-static
-static: deps
+static: have-deps
 	@$(MAKE) -s BUILD=$(STATIC_BUILD) \
 	  ALL_LDFLAGS="$(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete $(BLASDIR)/libopenblas.a -lgfortran -lm" \
 	  $(STATIC_BUILD)/attn/core.so $(LUASRC:lua/%=$(STATIC_BUILD)/%)
@@ -131,11 +161,16 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 CORE_SRC     := $(filter-out src/lua_%.c,$(SRC))
 FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined,float-cast-overflow -fno-sanitize-recover=all
-$(FUZZ_BUILD)/core_fuzz: fuzz/core_fuzz.c $(CORE_SRC) $(wildcard src/*.h)
+FUZZ_CFLAGS   = -O1 -g $(FUZZ_SANITIZE) -fno-omit-frame-pointer $(WARN) -std=gnu11 -fopenmp -ffp-contract=off -I$(BLASINC)
+# each core file compiled apart, so the ISA files get their own -m flags
+FUZZ_OBJ     := $(CORE_SRC:src/%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/%.o: src/%.c $(wildcard src/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "attn: 'make fuzz-core' needs clang: sudo apt-get install clang libomp-dev" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FLAGS_$*) -c $< -o $@
+$(FUZZ_BUILD)/core_fuzz: fuzz/core_fuzz.c $(FUZZ_OBJ) $(wildcard src/*.h)
 	@mkdir -p $(FUZZ_BUILD)
-	$(FUZZ_CC) -O1 -g $(FUZZ_SANITIZE) -fno-omit-frame-pointer $(ARCH) $(WARN) -std=gnu11 -fopenmp -ffp-contract=off \
-	  -I$(BLASINC) fuzz/core_fuzz.c $(CORE_SRC) -o $@ -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/core_fuzz.c $(FUZZ_OBJ) -o $@ -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
 
 fuzz-core: $(FUZZ_BUILD)/core_fuzz
 	@mkdir -p $(FUZZ_BUILD)/corpus

@@ -4,7 +4,9 @@
 -- C_causal, mha, tiny (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
--- also for causal). Every line names the OpenBLAS core in use. --threads N
+-- also for causal). Every line names the OpenBLAS core and the flash kernel's
+-- instruction set in use (attn.cpu_info; the sgemm line also lists the
+-- available sets). --threads N
 -- re-runs the script with OMP_NUM_THREADS=N (OpenMP reads it at start).
 local attn = require "attn"
 
@@ -32,6 +34,7 @@ end
 
 local threads = tonumber(os.getenv("OMP_NUM_THREADS") or "") or attn.blas_info().threads
 local core = attn.blas_info().core
+local cpu = attn.cpu_info() -- the flash kernel's instruction set (ATTN_CPU forces one)
 
 local function json(t)
   local keys = {}
@@ -58,6 +61,7 @@ end
 local function emit(t)
   t.threads = threads
   t.blas_core = core
+  t.cpu_kernel = cpu.kernel
   t.peak_rss_mb = t.peak_rss_mb or attn.peak_rss_mb()
   io.write(json(t), "\n")
   io.flush()
@@ -105,7 +109,8 @@ if wanted("sgemm_peak") then
   local a, bm = attn.randn(n, n), attn.randn(n, n)
   local ms = best_ms("sgemm_peak", function() attn.matmul(a, bm) end, opts.reps)
   emit { case = "sgemm_peak", kernel = "sgemm", b = 1, h = 1, lq = n, lk = n, e = n, causal = false, ms = ms,
-         gflops = 2.0 * n * n * n / (ms * 1e6) }
+         gflops = 2.0 * n * n * n / (ms * 1e6), cpu_available = table.concat(cpu.available, ","),
+         cpu_forced = cpu.forced or "no" }
 end
 
 local cases = {

@@ -71,6 +71,8 @@ struct attn_generator *attnL_generator(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);
+/* attn.cpu_info, and the kernel choice (ATTN_CPU): raises when it is not available. */
+void attnL_open_cpu(lua_State *L);
 /* attn.core.modules: the fused module forwards (a table, not copied into attn). */
 void attnL_open_modules(lua_State *L);
 

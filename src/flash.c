@@ -10,222 +10,51 @@
  *       diagonal are never visited; in a block that crosses it each group
  *       of 16 rows stops at its last row's key (scores, softmax and P V all
  *       end there) and only that group's triangle is cut (row i keeps keys <= i)
- *     m' = max(m, colmax St); Pt = exp(St - m'); a = exp(m - m')
- *     l = a l + colsum Pt; Ot = a Ot; Ot += V_blk^T Pt   micro-kernel
- *   out = Ot^T / l (zeros where every key was hidden)
+ *     m' = max(m, colmax St); Pt = exp(St - m'); l' = exp(m - m') l + colsum Pt
+ *     Pt = Pt / l'; Ot = (exp(m - m') l / l') Ot + V_blk^T Pt   micro-kernel
+ *   out = Ot^T (zeros where every key was hidden)
  *
- * Both products go through one register-blocked micro-kernel,
- *   C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc]   (r < 16, c < 6),
- * A packed with the 16 query rows contiguous (two 8-float vectors), B read
- * in place with any strides by scalar broadcasts (K rows for the scores, V
- * rows for the output): 12 accumulators, 12 FMAs per 2 loads + 6 broadcasts.
+ * Ot stays normalised: after each block it is a weighted mean of the values
+ * seen so far (weights summing to 1), so |Ot| <= max |v| up to rounding, and
+ * every result the math kernel gives finite is finite here too (an
+ * unnormalised Ot, divided by l at the end, reached Lk x max |v|: v = 1e36,
+ * Lk = 1000 gave inf; spec/reliability_flash_spec.lua). The cost is one
+ * multiply per score and per block; measured in README's speed table.
  *
- * The exponential is a vectorised polynomial (AVX2 + FMA builds): Cody-Waite
- * reduction x = n ln2 + r, |r| <= ln2 / 2 (n from one FMA and a shifter), and
- * Cephes' degree-7 minimax polynomial for e^r. Measured against double exp
- * over every float in [-87.33, 0] (the kernel's arguments are <= 0): max
- * relative error 1.18e-7 (about 1 ulp). Arguments below -87.33 (e^x < 2^-126) give 0, -inf gives 0,
- * NaN stays NaN. Builds without AVX2/FMA use plain C loops and glibc's expf
- * (the same algorithm, other roundings: both pass the same specs).
+ * The micro-kernel (both products), the exponential and the softmax step are
+ * per instruction set (src/cpu.h): src/kernels_scalar.c (plain C, glibc's
+ * expf), kernels_avx2.c (16 x 6 micro-tiles of FMAs, a Cephes polynomial exp
+ * with max relative error 1.18e-7 over [-87.33, 0]) and kernels_avx512.c (32
+ * x 12 micro-tiles, the same exp on 16 lanes; the same bits as AVX2). Only
+ * those files are compiled with -m flags; src/cpu.c picks one set once, from
+ * cpuid or ATTN_CPU, and this driver calls it through two function pointers
+ * per key block and row group (gemm_t: a whole product; softmax_step16). The
+ * sets differ in the last bits (within 2e-6 relative, spec/cpu_dispatch_spec.lua).
  *
  * Threads: items run in one OpenMP parallel for; each thread owns its output
  * rows and its scratch tile (allocated before the region). Tile sizes are
- * constants and every sum runs in a fixed order inside one item: the bits of
- * out do not depend on the thread count. */
-#if defined(__AVX2__) && defined(__FMA__)
-#define FLASH_AVX2 1
-#include <immintrin.h>
-#endif
+ * constants and every sum runs in a fixed order inside one item, whatever
+ * thread runs it: for one kernel set, the bits of out do not depend on the
+ * thread count. */
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "flash.h"
 #include "rng.h"
 
 #define BQ ATTN_FLASH_BQ
 #define BK ATTN_FLASH_BK
-#define MR 16 /* query rows of a micro-tile (two vectors of 8) */
-#define NR 6  /* keys (scores) or output columns (P V) of a micro-tile */
+#define MR ATTN_KERNEL_ROWS /* query rows of a softmax group */
 
 #if BQ % MR != 0
 #error "ATTN_FLASH_BQ must be a multiple of 16"
 #endif
 
-const char *attn_flash_exp_impl(void) {
-#ifdef FLASH_AVX2
-  return "avx2";
-#else
-  return "scalar";
-#endif
-}
-
-/* ---------------------------------------------------------------- micro-kernel */
-
-/* C[c * ldc + r] (+)= sum_{k < kn} A[k * lda + r] * B[k * bsk + c * bsc] for
- * r < 16, c < nc (nc <= NR); accumulate: add to C, else overwrite it. Always
- * inlined with a constant nc, so the accumulators stay in registers. */
-#ifdef FLASH_AVX2
-static inline __attribute__((always_inline)) void tile(const float *a, int64_t lda, int64_t kn, const float *b,
-                                                       int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
-                                                       int accumulate) {
-  __m256 lo[NR], hi[NR];
-#pragma GCC unroll 6
-  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kn; k++) {
-    __m256 a0 = _mm256_loadu_ps(a + k * lda), a1 = _mm256_loadu_ps(a + k * lda + 8);
-    const float *bk = b + k * bsk;
-#pragma GCC unroll 6
-    for (int j = 0; j < NR; j++) {
-      if (j >= nc) break;
-      __m256 bv = _mm256_broadcast_ss(bk + j * bsc);
-      lo[j] = _mm256_fmadd_ps(a0, bv, lo[j]);
-      hi[j] = _mm256_fmadd_ps(a1, bv, hi[j]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int j = 0; j < NR; j++) {
-    if (j >= nc) break;
-    float *cj = c + j * ldc;
-    if (accumulate) {
-      lo[j] = _mm256_add_ps(_mm256_loadu_ps(cj), lo[j]);
-      hi[j] = _mm256_add_ps(_mm256_loadu_ps(cj + 8), hi[j]);
-    }
-    _mm256_storeu_ps(cj, lo[j]);
-    _mm256_storeu_ps(cj + 8, hi[j]);
-  }
-}
-#else
-static inline void tile(const float *a, int64_t lda, int64_t kn, const float *b, int64_t bsk, int64_t bsc, int nc,
-                        float *c, int64_t ldc, int accumulate) {
-  float acc[NR][MR];
-  memset(acc, 0, sizeof acc);
-  for (int64_t k = 0; k < kn; k++)
-    for (int j = 0; j < nc; j++) {
-      float bv = b[k * bsk + j * bsc];
-      for (int r = 0; r < MR; r++) acc[j][r] += a[k * lda + r] * bv;
-    }
-  for (int j = 0; j < nc; j++)
-    for (int r = 0; r < MR; r++) c[j * ldc + r] = accumulate ? c[j * ldc + r] + acc[j][r] : acc[j][r];
-}
-#endif
-
-/* C [n, rows_p] (ld BQ) (+)= B^T A over kn, for rows_p (a multiple of 16)
- * query rows and n columns of B: the whole product in micro-tiles. */
-static void gemm_t(const float *a, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc, int64_t n,
-                   float *c, int accumulate) {
-  int64_t j = 0;
-  for (; j + NR <= n; j += NR)
-    for (int64_t r = 0; r < rows_p; r += MR)
-      tile(a + r, BQ, kn, b + j * bsc, bsk, bsc, NR, c + j * BQ + r, BQ, accumulate);
-  int rest = (int)(n - j);
-  for (int64_t r = 0; rest > 0 && r < rows_p; r += MR) {
-    const float *bj = b + j * bsc;
-    float *cj = c + j * BQ + r;
-    switch (rest) { /* a constant nc for each tail width */
-    case 1: tile(a + r, BQ, kn, bj, bsk, bsc, 1, cj, BQ, accumulate); break;
-    case 2: tile(a + r, BQ, kn, bj, bsk, bsc, 2, cj, BQ, accumulate); break;
-    case 3: tile(a + r, BQ, kn, bj, bsk, bsc, 3, cj, BQ, accumulate); break;
-    case 4: tile(a + r, BQ, kn, bj, bsk, bsc, 4, cj, BQ, accumulate); break;
-    default: tile(a + r, BQ, kn, bj, bsk, bsc, 5, cj, BQ, accumulate); break;
-    }
-  }
-}
-
-/* ---------------------------------------------------------------- softmax */
-
-#ifdef FLASH_AVX2
-/* e^x for x <= 0, -inf or NaN (the kernel's arguments: a score minus its
- * row's running max). n = round(x log2e) comes out of one FMA with the
- * 1.5 * 2^23 shifter, whose low mantissa bits then hold n + 127, the biased
- * exponent of 2^n. */
-static inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f);      /* ln(2^-126) */
-  const __m256 shifter = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 c1 = _mm256_set1_ps(0.693359375f);    /* ln2, high part (exact in n * c1) */
-  const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f); /* ln2 - c1 */
-  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN; -inf too -> 0 */
-  __m256 t = _mm256_fmadd_ps(x, log2e, shifter);
-  __m256 n = _mm256_sub_ps(t, shifter);
-  __m256 r = _mm256_fnmadd_ps(n, c1, x);
-  r = _mm256_fnmadd_ps(n, c2, r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 r2 = _mm256_mul_ps(r, r);
-  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
-}
-
-/* One online-softmax step for the 16 query rows at column g of st (bk keys,
- * ld BQ): running max m and sum l, st -> exp(st - m'), and the factor a that
- * rescales the rows' output so far. A NaN score makes its row NaN. */
-static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
-  const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY);
-  __m256 bm0 = ninf, bm1 = ninf, bad0 = _mm256_setzero_ps(), bad1 = bad0;
-  for (int64_t j = 0; j < bk; j++) {
-    __m256 s0 = _mm256_loadu_ps(st + j * BQ), s1 = _mm256_loadu_ps(st + j * BQ + 8);
-    bm0 = _mm256_max_ps(bm0, s0);
-    bm1 = _mm256_max_ps(bm1, s1);
-    bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(s0, s0, _CMP_UNORD_Q));
-    bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
-  }
-  __m256 mold0 = _mm256_loadu_ps(m), mold1 = _mm256_loadu_ps(m + 8);
-  bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(mold0, mold0, _CMP_UNORD_Q));
-  bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(mold1, mold1, _CMP_UNORD_Q));
-  __m256 mnew0 = _mm256_blendv_ps(_mm256_max_ps(bm0, mold0), nan, bad0);
-  __m256 mnew1 = _mm256_blendv_ps(_mm256_max_ps(bm1, mold1), nan, bad1);
-  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
-  __m256 msub0 = _mm256_andnot_ps(_mm256_cmp_ps(mnew0, ninf, _CMP_EQ_OQ), mnew0);
-  __m256 msub1 = _mm256_andnot_ps(_mm256_cmp_ps(mnew1, ninf, _CMP_EQ_OQ), mnew1);
-  __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
-  for (int64_t j = 0; j < bk; j++) {
-    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ), msub0));
-    __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * BQ + 8), msub1));
-    _mm256_storeu_ps(st + j * BQ, p0);
-    _mm256_storeu_ps(st + j * BQ + 8, p1);
-    sum0 = _mm256_add_ps(sum0, p0);
-    sum1 = _mm256_add_ps(sum1, p1);
-  }
-  __m256 a0 = exp8(_mm256_sub_ps(mold0, msub0)), a1 = exp8(_mm256_sub_ps(mold1, msub1)); /* 0 where mold = -inf */
-  _mm256_storeu_ps(l, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l), a0), sum0));
-  _mm256_storeu_ps(l + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + 8), a1), sum1));
-  _mm256_storeu_ps(m, mnew0);
-  _mm256_storeu_ps(m + 8, mnew1);
-  _mm256_storeu_ps(a, a0);
-  _mm256_storeu_ps(a + 8, a1);
-}
-#else
-static void softmax_step16(float *st, int64_t bk, float *m, float *l, float *a) {
-  for (int r = 0; r < 16; r++) {
-    float bm = -INFINITY;
-    int bad = m[r] != m[r];
-    for (int64_t j = 0; j < bk; j++) {
-      float s = st[j * BQ + r];
-      if (s != s) bad = 1;
-      if (s > bm) bm = s;
-    }
-    float mnew = bad ? NAN : (bm > m[r] ? bm : m[r]);
-    float msub = mnew == -INFINITY ? 0.0f : mnew;
-    float sum = 0.0f;
-    for (int64_t j = 0; j < bk; j++) {
-      float p = expf(st[j * BQ + r] - msub);
-      st[j * BQ + r] = p;
-      sum += p;
-    }
-    a[r] = expf(m[r] - msub);
-    l[r] = l[r] * a[r] + sum;
-    m[r] = mnew;
-  }
-}
-#endif
+const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
 
 /* ---------------------------------------------------------------- context */
 
@@ -234,6 +63,7 @@ typedef struct flash_ctx {
   int causal;
   float scale;
   const attn_sdpa_opts *o;
+  const attn_flash_kernels *kr;    /* the instruction set's micro-kernel and softmax step */
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
   size_t off_s, off_o, off_m, off_l, off_a, off_f, block; /* per-thread scratch, in floats */
@@ -269,7 +99,7 @@ typedef struct flash_item {
   int64_t bi, r0, rows;          /* slice, first query row, rows (<= BQ) */
   const float *kb, *vb;          /* the slice's K and V */
   int64_t sk0, sk1, sv0, sv1;    /* their row and column strides */
-  float *qt, *st, *ot, *m, *l, *a, *f;
+  float *qt, *st, *ot, *m, *l, *a, *f; /* a: the rescale of Ot at each step */
 } flash_item;
 
 /* One online-softmax step of the padded rows [g0, g0 + n_p) (n_p a multiple
@@ -280,7 +110,7 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
   float *st = t->st;
   /* St = K_blk Qt */
   if (c->p.e > 0) {
-    gemm_t(t->qt + g0, c->p.e, n_p, t->kb + k0 * t->sk0, t->sk1, t->sk0, kn, st + g0, 0);
+    c->kr->gemm_t(t->qt + g0, BQ, c->p.e, n_p, t->kb + k0 * t->sk0, t->sk1, t->sk0, kn, st + g0, BQ, 0);
   } else {
     for (int64_t j = 0; j < kn; j++) memset(st + j * BQ + g0, 0, (size_t)n_p * sizeof(float));
   }
@@ -290,19 +120,19 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
   if (c->causal && k0 + kn - 1 > r0 + g0) /* the keys cross the diagonal: row i keeps keys <= i */
     for (int64_t j = 0; j < kn; j++)
       for (int64_t i = g0; i < g0 + n_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
-  for (int64_t g = g0; g < g0 + n_p; g += MR) softmax_step16(st + g, kn, t->m + g, t->l + g, t->a + g);
+  for (int64_t g = g0; g < g0 + n_p; g += MR) c->kr->softmax_step16(st + g, BQ, kn, t->m + g, t->l + g, t->a + g);
   if (c->o->dropout_p > 0.0) {
     for (int64_t i = g0; i < i_end; i++) {
       attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (t->bi * c->p.lq + r0 + i) * c->p.lk + k0, kn, t->f);
       for (int64_t j = 0; j < kn; j++) st[j * BQ + i] *= t->f[j];
     }
   }
-  /* Ot = a Ot + V_blk^T Pt */
+  /* Ot = a Ot + V_blk^T Pt (a = exp(m - m') l / l', Pt already divided by l') */
   for (int64_t d = 0; d < ev; d++) {
     float *od = t->ot + d * BQ;
     for (int64_t i = g0; i < g0 + n_p; i++) od[i] *= t->a[i];
   }
-  gemm_t(st + g0, kn, n_p, t->vb + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, 1);
+  c->kr->gemm_t(st + g0, BQ, kn, n_p, t->vb + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, 1);
 }
 
 /* Work item `item` with the calling thread's scratch block w. */
@@ -361,15 +191,14 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       key_step(c, &t, 0, rows_p, k0, bk);
     }
   }
-  /* out = Ot^T / l; rows with every key hidden are zeros */
+  /* out = Ot^T (already normalised); rows with every key hidden are zeros */
   float *o = c->out->data + (t.bi * lq + r0) * ev;
   for (int64_t i = 0; i < rows; i++) {
     float *oi = o + i * ev;
-    float l = t.l[i];
     if (t.m[i] == -INFINITY) {
       memset(oi, 0, (size_t)ev * sizeof(float));
     } else {
-      for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i] / l;
+      for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i];
     }
   }
 }
@@ -398,6 +227,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   attn_status st = attn_sdpa_prepare(q, k, v, opts, out, NULL, &c.p);
   if (st != ATTN_OK) return st;
   c.o = opts;
+  c.kr = attn_cpu_kernels();
   c.scale = opts->scale;
   c.causal = opts->is_causal;
   c.out = out;

@@ -33,7 +33,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
  * kernel wins on tiny inputs, where its fewer passes cost less than tiling). */
 int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev);
 
-/* Which exponential the kernel uses on this CPU: "avx2" or "scalar". */
+/* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/cpu.h). */
 const char *attn_flash_exp_impl(void);
 
 #endif

@@ -39,6 +39,7 @@ int luaopen_attn_core(lua_State *L) {
   attnL_open_io(L);
   attnL_open_safetensors(L);
   attnL_open_sys(L);
+  attnL_open_cpu(L);
   attnL_open_modules(L);
   lua_setfield(L, -3, "Tensor_mt");
   lua_setfield(L, -2, "Tensor");

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "cpu.h"
 #include "flash.h"
 #include "modules.h"
 #include "ops.h"
@@ -34,7 +35,7 @@
 /* ------------------------------------------------------------ tiny path */
 
 /* y[j*ldy] (j < nout) = x . w[j] (+ b[j]), w [nout, nin] with strides (sw0, sw1). */
-static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
+ATTN_FMA_CLONES static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
                        int64_t nout) {
   int64_t sw0 = w->stride[0], sw1 = w->stride[1];
   for (int64_t j = 0; j < nout; j++) {
@@ -54,7 +55,8 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
   return macs <= TINY_MACS;
 }
 
-static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb, int64_t n,
+ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                         int64_t nb, int64_t n,
                          int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;

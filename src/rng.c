@@ -4,6 +4,7 @@
  * and the MKL-style dropout mask. Section numbers refer to torch-rng.md.
  * Compiled with -ffp-contract=off: every fused multiply-add below is an
  * explicit fmaf, every other operation rounds on its own. */
+#include "cpu.h"
 #include "rng.h"
 
 #include <math.h>
@@ -60,7 +61,7 @@ static double u53d(attn_generator *g) {
 
 /* ---- §2 uniform ---------------------------------------------------------- */
 
-void attn_rng_uniform_f32(attn_generator *g, float *out, int64_t n, double a, double b) {
+ATTN_FMA_CLONES void attn_rng_uniform_f32(attn_generator *g, float *out, int64_t n, double a, double b) {
   float lo = (float)a, hi = (float)b;
   float r = hi - lo;
   for (int64_t i = 0; i < n; i++) out[i] = fmaf(u24f(g), r, lo);
@@ -82,7 +83,7 @@ static double normal_double(attn_generator *g) {
   return r * cos(theta);
 }
 
-void attn_rng_normal_scalar_f32(attn_generator *g, float *out, int64_t n, double mean, double std) {
+ATTN_FMA_CLONES void attn_rng_normal_scalar_f32(attn_generator *g, float *out, int64_t n, double mean, double std) {
   for (int64_t i = 0; i < n; i++) out[i] = (float)(normal_double(g) * std + mean);
 }
 
@@ -100,7 +101,8 @@ static uint32_t f_bits(float f) {
   return b;
 }
 
-static float log_avx(float x) {
+/* always inlined, so each ATTN_FMA_CLONES clone of the callers gets its own FMA steps */
+static inline __attribute__((always_inline)) float log_avx(float x) {
   static const float P[9] = {7.0376836292E-2f, -1.1514610310E-1f, 1.1676998740E-1f,
                              -1.2420140846E-1f, 1.4249322787E-1f, -1.6668057665E-1f,
                              2.0000714765E-1f,  -2.4999993993E-1f, 3.3333331174E-1f};
@@ -128,7 +130,7 @@ static float log_avx(float x) {
 
 /* ---- §4.4 AVX2 Cephes SINCOS, x in [0, 2pi) --------------------------------- */
 
-static void sincos_avx(float x, float *s_out, float *c_out) {
+static inline __attribute__((always_inline)) void sincos_avx(float x, float *s_out, float *c_out) {
   const float S0 = -1.9515295891E-4f, S1 = 8.3321608736E-3f, S2 = -1.6666654611E-1f;
   const float C0 = 2.443315711809948E-5f, C1 = -1.388731625493765E-3f, C2 = 4.166664568298827E-2f;
   const float DP1 = -0.78515625f, DP2 = -2.4187564849853515625E-4f, DP3 = -3.77489497744594108E-8f;
@@ -165,7 +167,7 @@ static void sincos_avx(float x, float *s_out, float *c_out) {
 
 /* ---- §4.2 16-lane transform ------------------------------------------------- */
 
-static void normal_fill16(float *d, float mean, float std) {
+ATTN_FMA_CLONES static void normal_fill16(float *d, float mean, float std) {
   const float TWO_PI_F = 6.28318548f; /* (float)(2 pi), 0x40C90FDB */
   for (int j = 0; j < 8; j++) {
     float u1 = 1.0f - d[j];
@@ -178,7 +180,7 @@ static void normal_fill16(float *d, float mean, float std) {
   }
 }
 
-void attn_rng_normal_f32(attn_generator *g, float *out, int64_t n, double mean, double std) {
+ATTN_FMA_CLONES void attn_rng_normal_f32(attn_generator *g, float *out, int64_t n, double mean, double std) {
   if (n < 16) {
     attn_rng_normal_scalar_f32(g, out, n, mean, std);
     return;

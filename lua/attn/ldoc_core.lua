@@ -333,4 +333,16 @@
 -- @return a table
 -- @function blas_info
 
+--- The flash kernel's instruction set, chosen once at load: a table with
+-- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
+-- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
+-- it, or false when chosen automatically: the best available), `openblas_core`
+-- (as `blas_info().core`) and `threads` (OpenMP's maximum). `ATTN_CPU=scalar|avx2|avx512`
+-- forces a set; an unknown value, or one this CPU lacks, makes `require "attn"`
+-- fail with the choices. Every set gives results within 2e-6 relative of the
+-- others, and the same bits for any thread count.
+-- @return a table
+-- @usage attn.cpu_info().kernel --> "avx2"
+-- @function cpu_info
+
 return {}

@@ -1,0 +1,76 @@
+/* Runtime CPU dispatch of the flash kernel's inner loops. The micro-kernel
+ * (both products of a key block), the exponential and the online-softmax step
+ * live in one file per instruction set (src/kernels_scalar.c, kernels_avx2.c,
+ * kernels_avx512.c); only those files are compiled with -m flags, so the rest
+ * of the core runs on any CPU of the architecture. One set is chosen once,
+ * from cpuid or ATTN_CPU, and every later call uses it: the bits of a result
+ * depend on the choice (each within 2e-6 relative of the others), never on
+ * the thread count. */
+#ifndef ATTN_CPU_H
+#define ATTN_CPU_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+/* Query rows of a softmax group and of the padded tiles (the flash kernel's
+ * BQ is a multiple of it). */
+#define ATTN_KERNEL_ROWS 16
+
+typedef struct attn_flash_kernels {
+  const char *name; /* "scalar", "avx2", "avx512" */
+  /* C [n, rows_p] (leading dimension ldc) (+)= B^T A: for each column c < n and
+   * padded row r < rows_p (a multiple of 16), C[c * ldc + r] (+)= sum over
+   * k < kn of A[k * lda + r] * B[k * bsk + c * bsc]. accumulate: add to C,
+   * else overwrite it. The order of every sum is fixed by (kn, rows_p, n). */
+  void (*gemm_t)(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
+                 int64_t n, float *c, int64_t ldc, int accumulate);
+  /* One online-softmax step of 16 query rows over bk keys: st [bk][ld] holds
+   * their scores (row r at st[j * ld + r]); m and l are the rows' running max
+   * and sum. On return st holds p = exp(s - m') / l' (already divided by the
+   * new sum, so the output accumulator stays within max |v|), m = m', l = l',
+   * and rescale = exp(m - m') l / l', the factor for the output so far.
+   * Rows with nothing visible yet get p = 0, rescale = 0; a NaN score makes
+   * its row NaN. */
+  void (*softmax_step16)(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale);
+} attn_flash_kernels;
+
+/* The kernel sets built in: the x86-64 ones only on x86-64. */
+extern const attn_flash_kernels attn_kernels_scalar;
+#if defined(__x86_64__)
+extern const attn_flash_kernels attn_kernels_avx2;
+extern const attn_flash_kernels attn_kernels_avx512;
+#endif
+
+/* Choose the kernel set once. choice: NULL, "" or "auto" picks the best the
+ * CPU runs; "scalar", "avx2" or "avx512" forces one. An unknown name or one
+ * this CPU (or build) lacks: ATTN_EARG with a message naming the choices,
+ * and nothing is chosen. Calling it again after a successful choice returns
+ * ATTN_OK only for the same choice. */
+attn_status attn_cpu_select(const char *choice);
+
+/* The chosen set (the best available one if attn_cpu_select was never
+ * called: C hosts and the fuzz harness need not call it). Thread-safe. */
+const attn_flash_kernels *attn_cpu_kernels(void);
+
+/* The names of the sets this CPU and build can run, best last, NULL-ended. */
+const char *const *attn_cpu_available(void);
+
+/* The ATTN_CPU value that forced the choice, or NULL when it was automatic. */
+const char *attn_cpu_forced(void);
+
+/* For a function whose fmaf calls are hot (the RNG's fills, the tiny module
+ * path): the core is built without -mfma, so fmaf is a call into glibc (an
+ * ifunc, hardware FMA where the CPU has it, but a call per element: rand and
+ * the tiny forward took 1.7x and 2x as long). This adds a clone compiled for
+ * FMA, where fmaf is one instruction, chosen at load by cpuid; the bits are
+ * the same (fmaf rounds once either way). x86-64 GCC only (clang 14 names
+ * the clones of an external function so that other files cannot link it;
+ * the fuzz build, with clang, calls glibc's fmaf). */
+#if defined(__x86_64__) && !defined(__FMA__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define ATTN_FMA_CLONES
+#endif
+
+#endif

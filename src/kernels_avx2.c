@@ -1,0 +1,132 @@
+/* The flash kernel's inner loops for AVX2 + FMA (src/cpu.h); this file alone
+ * is compiled with -mavx2 -mfma, and runs only where cpuid reports both.
+ *
+ * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 16 rows
+ * (two 8-float vectors, A packed with the rows contiguous) and up to 6
+ * columns of B read in place with any strides by scalar broadcasts (K rows
+ * for the scores, V rows for the output): 12 accumulators, 12 FMAs per 2
+ * loads + 6 broadcasts. Each sum runs in increasing k, one fused step per
+ * product.
+ *
+ * Exponential: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2 (n from one
+ * FMA and a shifter), and Cephes' degree-7 minimax polynomial for e^r.
+ * Measured against double exp over every float in [-87.33, 0] (the kernel's
+ * arguments are <= 0): max relative error 1.18e-7 (about 1 ulp). Arguments
+ * below -87.33 (e^x < 2^-126) give 0, -inf gives 0, NaN stays NaN. The
+ * AVX-512 set computes the same operations lane by lane, so the two give the
+ * same bits. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "cpu.h"
+
+#define MR ATTN_KERNEL_ROWS
+#define NR 6
+
+/* Always inlined with a constant nc, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void tile(const float *a, int64_t lda, int64_t kn, const float *b,
+                                                       int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
+                                                       int accumulate) {
+  __m256 lo[NR], hi[NR];
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kn; k++) {
+    __m256 a0 = _mm256_loadu_ps(a + k * lda), a1 = _mm256_loadu_ps(a + k * lda + 8);
+    const float *bk = b + k * bsk;
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; j++) {
+      if (j >= nc) break;
+      __m256 bv = _mm256_broadcast_ss(bk + j * bsc);
+      lo[j] = _mm256_fmadd_ps(a0, bv, lo[j]);
+      hi[j] = _mm256_fmadd_ps(a1, bv, hi[j]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; j++) {
+    if (j >= nc) break;
+    float *cj = c + j * ldc;
+    if (accumulate) {
+      lo[j] = _mm256_add_ps(_mm256_loadu_ps(cj), lo[j]);
+      hi[j] = _mm256_add_ps(_mm256_loadu_ps(cj + 8), hi[j]);
+    }
+    _mm256_storeu_ps(cj, lo[j]);
+    _mm256_storeu_ps(cj + 8, hi[j]);
+  }
+}
+
+#include "kernel_gemm16.h"
+
+/* e^x for x <= 0, -inf or NaN (a score minus its row's running max).
+ * n = round(x log2e) comes out of one FMA with the 1.5 * 2^23 shifter, whose
+ * low mantissa bits then hold n + 127, the biased exponent of 2^n. */
+static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);      /* ln(2^-126) */
+  const __m256 shifter = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 c1 = _mm256_set1_ps(0.693359375f);    /* ln2, high part (exact in n * c1) */
+  const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f); /* ln2 - c1 */
+  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);    /* false for NaN; -inf too -> 0 */
+  __m256 t = _mm256_fmadd_ps(x, log2e, shifter);
+  __m256 n = _mm256_sub_ps(t, shifter);
+  __m256 r = _mm256_fnmadd_ps(n, c1, x);
+  r = _mm256_fnmadd_ps(n, c2, r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
+}
+
+/* One online-softmax step of 16 rows (src/cpu.h), two vectors of 8. */
+static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+  const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+  __m256 bm0 = ninf, bm1 = ninf, bad0 = zero, bad1 = zero;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 s0 = _mm256_loadu_ps(st + j * ld), s1 = _mm256_loadu_ps(st + j * ld + 8);
+    bm0 = _mm256_max_ps(bm0, s0);
+    bm1 = _mm256_max_ps(bm1, s1);
+    bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(s0, s0, _CMP_UNORD_Q));
+    bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
+  }
+  __m256 mold0 = _mm256_loadu_ps(m), mold1 = _mm256_loadu_ps(m + 8);
+  bad0 = _mm256_or_ps(bad0, _mm256_cmp_ps(mold0, mold0, _CMP_UNORD_Q));
+  bad1 = _mm256_or_ps(bad1, _mm256_cmp_ps(mold1, mold1, _CMP_UNORD_Q));
+  __m256 mnew0 = _mm256_blendv_ps(_mm256_max_ps(bm0, mold0), nan, bad0);
+  __m256 mnew1 = _mm256_blendv_ps(_mm256_max_ps(bm1, mold1), nan, bad1);
+  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
+  __m256 msub0 = _mm256_andnot_ps(_mm256_cmp_ps(mnew0, ninf, _CMP_EQ_OQ), mnew0);
+  __m256 msub1 = _mm256_andnot_ps(_mm256_cmp_ps(mnew1, ninf, _CMP_EQ_OQ), mnew1);
+  __m256 sum0 = zero, sum1 = zero;
+  for (int64_t j = 0; j < bk; j++) {
+    __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * ld), msub0));
+    __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * ld + 8), msub1));
+    _mm256_storeu_ps(st + j * ld, p0);
+    _mm256_storeu_ps(st + j * ld + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
+  }
+  /* the sum so far, scaled to the new max (0 where mold = -inf) */
+  __m256 kept0 = _mm256_mul_ps(_mm256_loadu_ps(l), exp8(_mm256_sub_ps(mold0, msub0)));
+  __m256 kept1 = _mm256_mul_ps(_mm256_loadu_ps(l + 8), exp8(_mm256_sub_ps(mold1, msub1)));
+  __m256 lnew0 = _mm256_add_ps(kept0, sum0), lnew1 = _mm256_add_ps(kept1, sum1);
+  /* 1 / l', 0 where l' = 0 (nothing visible yet) */
+  __m256 inv0 = _mm256_andnot_ps(_mm256_cmp_ps(lnew0, zero, _CMP_EQ_OQ), _mm256_div_ps(_mm256_set1_ps(1.0f), lnew0));
+  __m256 inv1 = _mm256_andnot_ps(_mm256_cmp_ps(lnew1, zero, _CMP_EQ_OQ), _mm256_div_ps(_mm256_set1_ps(1.0f), lnew1));
+  for (int64_t j = 0; j < bk; j++) {
+    _mm256_storeu_ps(st + j * ld, _mm256_mul_ps(_mm256_loadu_ps(st + j * ld), inv0));
+    _mm256_storeu_ps(st + j * ld + 8, _mm256_mul_ps(_mm256_loadu_ps(st + j * ld + 8), inv1));
+  }
+  _mm256_storeu_ps(rescale, _mm256_mul_ps(kept0, inv0));
+  _mm256_storeu_ps(rescale + 8, _mm256_mul_ps(kept1, inv1));
+  _mm256_storeu_ps(l, lnew0);
+  _mm256_storeu_ps(l + 8, lnew1);
+  _mm256_storeu_ps(m, mnew0);
+  _mm256_storeu_ps(m + 8, mnew1);
+}
+
+const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16};

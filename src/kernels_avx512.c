@@ -1,0 +1,136 @@
+/* The flash kernel's inner loops for AVX-512F (src/cpu.h); this file alone
+ * is compiled with -mavx512f (and -mfma), and runs only where cpuid reports
+ * AVX-512F and the OS saves its registers.
+ *
+ * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 32 rows
+ * (two 16-float vectors; a 16-row tail uses one) and up to 12 columns of B
+ * read in place by scalar broadcasts: 24 accumulators of the 32 registers,
+ * 24 FMAs per 2 loads + 12 broadcasts (AVX2: 12 per 2 + 6). Each sum runs in
+ * increasing k with one fused step per product, as in the AVX2 set, so the
+ * two sets give the same bits for the products.
+ *
+ * Exponential and softmax step: the AVX2 set's operations (src/kernels_avx2.c:
+ * Cody-Waite reduction, Cephes' degree-7 polynomial, max relative error
+ * 1.18e-7 over [-87.33, 0]) on one 16-float vector per 16-row group. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "cpu.h"
+
+#define NR 12
+
+/* nv (1 or 2) vectors of 16 rows x nc (<= NR) columns; always inlined with
+ * constant nv and nc, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void tile(int nv, const float *a, int64_t lda, int64_t kn, const float *b,
+                                                       int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
+                                                       int accumulate) {
+  __m512 lo[NR], hi[NR];
+#pragma GCC unroll 12
+  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kn; k++) {
+    __m512 a0 = _mm512_loadu_ps(a + k * lda);
+    __m512 a1 = nv > 1 ? _mm512_loadu_ps(a + k * lda + 16) : a0;
+    const float *bk = b + k * bsk;
+#pragma GCC unroll 12
+    for (int j = 0; j < NR; j++) {
+      if (j >= nc) break;
+      __m512 bv = _mm512_set1_ps(bk[j * bsc]);
+      lo[j] = _mm512_fmadd_ps(a0, bv, lo[j]);
+      if (nv > 1) hi[j] = _mm512_fmadd_ps(a1, bv, hi[j]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int j = 0; j < NR; j++) {
+    if (j >= nc) break;
+    float *cj = c + j * ldc;
+    if (accumulate) lo[j] = _mm512_add_ps(_mm512_loadu_ps(cj), lo[j]);
+    _mm512_storeu_ps(cj, lo[j]);
+    if (nv > 1) {
+      if (accumulate) hi[j] = _mm512_add_ps(_mm512_loadu_ps(cj + 16), hi[j]);
+      _mm512_storeu_ps(cj + 16, hi[j]);
+    }
+  }
+}
+
+/* One column block of nc columns over every row: 32-row tiles, then a
+ * 16-row one when rows_p is an odd multiple of 16. */
+static inline __attribute__((always_inline)) void column_block(const float *a, int64_t lda, int64_t kn,
+                                                               int64_t rows_p, const float *b, int64_t bsk,
+                                                               int64_t bsc, int nc, float *c, int64_t ldc,
+                                                               int accumulate) {
+  int64_t r = 0;
+  for (; r + 32 <= rows_p; r += 32) tile(2, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
+  if (r < rows_p) tile(1, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
+}
+
+static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
+                   int64_t n, float *c, int64_t ldc, int accumulate) {
+  int64_t j = 0;
+  for (; j + NR <= n; j += NR) column_block(a, lda, kn, rows_p, b + j * bsc, bsk, bsc, NR, c + j * ldc, ldc, accumulate);
+  if (j == n) return;
+  const float *bj = b + j * bsc;
+  float *cj = c + j * ldc;
+  switch ((int)(n - j)) { /* a constant nc for each tail width */
+#define TAIL(w) \
+  case w: column_block(a, lda, kn, rows_p, bj, bsk, bsc, w, cj, ldc, accumulate); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10)
+  default: column_block(a, lda, kn, rows_p, bj, bsk, bsc, 11, cj, ldc, accumulate); break;
+#undef TAIL
+  }
+}
+
+/* e^x for x <= 0, -inf or NaN: src/kernels_avx2.c's exp8, 16 lanes. */
+static inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.33654f);      /* ln(2^-126) */
+  const __m512 shifter = _mm512_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 c1 = _mm512_set1_ps(0.693359375f);
+  const __m512 c2 = _mm512_set1_ps(-2.12194440e-4f);
+  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ); /* false for NaN; -inf too -> 0 */
+  __m512 t = _mm512_fmadd_ps(x, log2e, shifter);
+  __m512 n = _mm512_sub_ps(t, shifter);
+  __m512 r = _mm512_fnmadd_ps(n, c1, x);
+  r = _mm512_fnmadd_ps(n, c2, r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
+  return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
+}
+
+/* One online-softmax step of 16 rows (src/cpu.h), one vector. */
+static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+  __m512 bm = ninf;
+  __mmask16 bad = 0;
+  for (int64_t j = 0; j < bk; j++) {
+    __m512 s = _mm512_loadu_ps(st + j * ld);
+    bm = _mm512_max_ps(bm, s);
+    bad |= _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q);
+  }
+  __m512 mold = _mm512_loadu_ps(m);
+  bad |= _mm512_cmp_ps_mask(mold, mold, _CMP_UNORD_Q);
+  __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(bm, mold), bad, _mm512_set1_ps(NAN));
+  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
+  __m512 msub = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew);
+  __m512 sum = zero;
+  for (int64_t j = 0; j < bk; j++) {
+    __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(st + j * ld), msub));
+    _mm512_storeu_ps(st + j * ld, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l), exp16(_mm512_sub_ps(mold, msub))); /* 0 where mold = -inf */
+  __m512 lnew = _mm512_add_ps(kept, sum);
+  __m512 inv = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
+  for (int64_t j = 0; j < bk; j++) _mm512_storeu_ps(st + j * ld, _mm512_mul_ps(_mm512_loadu_ps(st + j * ld), inv));
+  _mm512_storeu_ps(rescale, _mm512_mul_ps(kept, inv));
+  _mm512_storeu_ps(l, lnew);
+  _mm512_storeu_ps(m, mnew);
+}
+
+const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16};

@@ -1,0 +1,64 @@
+/* The flash kernel's inner loops in plain C (src/cpu.h): the set every CPU
+ * runs, and the only one off x86-64. Compiled without -m flags and with
+ * -ffp-contract=off, so no product is fused: the bits are the same with any
+ * compiler target of the architecture.
+ *
+ * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 16 rows
+ * and up to 6 columns, each sum in increasing k, one rounding per product and
+ * per addition (GCC vectorises the row loop where the target has vectors).
+ *
+ * Exponential: glibc's expf (correctly rounded in practice: < 1 ulp). The
+ * AVX2 and AVX-512 sets use a polynomial with fused steps instead, so their
+ * results differ from these in the last bits (within 2e-6 relative,
+ * spec/cpu_dispatch_spec.lua). */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define MR ATTN_KERNEL_ROWS
+#define NR 6
+
+static inline void tile(const float *a, int64_t lda, int64_t kn, const float *b, int64_t bsk, int64_t bsc, int nc,
+                        float *c, int64_t ldc, int accumulate) {
+  float acc[NR][MR];
+  memset(acc, 0, sizeof acc);
+  for (int64_t k = 0; k < kn; k++)
+    for (int j = 0; j < nc; j++) {
+      float bv = b[k * bsk + j * bsc];
+      for (int r = 0; r < MR; r++) acc[j][r] += a[k * lda + r] * bv;
+    }
+  for (int j = 0; j < nc; j++)
+    for (int r = 0; r < MR; r++) c[j * ldc + r] = accumulate ? c[j * ldc + r] + acc[j][r] : acc[j][r];
+}
+
+#include "kernel_gemm16.h"
+
+static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+  for (int r = 0; r < MR; r++) {
+    float bm = -INFINITY;
+    int bad = m[r] != m[r];
+    for (int64_t j = 0; j < bk; j++) {
+      float s = st[j * ld + r];
+      if (s != s) bad = 1;
+      if (s > bm) bm = s;
+    }
+    float mnew = bad ? NAN : (bm > m[r] ? bm : m[r]);
+    float msub = mnew == -INFINITY ? 0.0f : mnew; /* nothing visible yet: exp(-inf - 0) = 0, not NaN */
+    float sum = 0.0f;
+    for (int64_t j = 0; j < bk; j++) {
+      float p = expf(st[j * ld + r] - msub);
+      st[j * ld + r] = p;
+      sum += p;
+    }
+    float kept = l[r] * expf(m[r] - msub); /* 0 where m = -inf */
+    float lnew = kept + sum;
+    float inv = lnew == 0.0f ? 0.0f : 1.0f / lnew;
+    for (int64_t j = 0; j < bk; j++) st[j * ld + r] *= inv;
+    rescale[r] = kept * inv;
+    l[r] = lnew;
+    m[r] = mnew;
+  }
+}
+
+const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16};
