@@ -45,6 +45,7 @@
 #include "cpu.h"
 #include "flash.h"
 #include "rng.h"
+#include "threads.h"
 
 #define BQ ATTN_FLASH_BQ
 #define BK ATTN_FLASH_BK
@@ -258,9 +259,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   int64_t items;
   if (__builtin_mul_overflow(nb, c.nqblk, &items))
     return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
-  int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (nthreads < 1) nthreads = 1;
-  if (items < nthreads) nthreads = (int)items;
+  int nthreads = attn_threads_for(items);
   size_t total = 0, bytes;
   ok = ok && add_floats(&total, (int64_t)block, nthreads);
   if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
