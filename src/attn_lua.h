@@ -43,10 +43,16 @@ double attnL_checknumber(lua_State *L, int arg, const char *fname, const char *w
 /* Sizes given as varargs from `first`, or as one table at `first`; -1 allowed once if
  * allow_infer (returned as -1). Returns the count of dims. */
 int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, const char *fname);
-/* Raise unless t can be written in place: an expanded (stride-0) dim of size > 1
- * makes several elements share one memory location, which PyTorch refuses to
- * write (and which would make a fill of a huge expanded view run for ages). */
+/* Raise unless t can be written in place: the one writability check of every
+ * in-place output whose written values can differ between its elements. An
+ * expanded (stride-0) dim of size > 1 makes several elements share one memory
+ * location, so the result would depend on the order of the writes (PyTorch
+ * refuses the same; it would also make a huge expanded view run for ages).
+ * Fills (fill_, zero_, t[i] = number) write one value everywhere and skip it. */
 void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname);
+/* copy_'s semantics: src (broadcast to dst's shape) copied into dst as if it
+ * were copied out first when the two share memory; dst must be writable. */
+void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, const char *fname);
 /* "[2, 3]" of a tensor, for messages. */
 const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 

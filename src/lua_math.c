@@ -95,6 +95,8 @@ static int mt_unm(lua_State *L) {
   return unary(L, ATTN_NEG, "attn.neg");
 }
 
+/* fill_ and zero_ write one value into every element, so an expanded self
+ * (elements sharing memory) is fine, as in PyTorch: no writability check. */
 static int m_fill_(lua_State *L) {
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
   attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
@@ -118,16 +120,7 @@ static int m_copy_(lua_State *L) {
   if (attn_expand(src, t->ndim, t->size, &e) != ATTN_OK)
     attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
                 attnL_shape(t, b2, sizeof b2));
-  attnL_check_writable(L, t, fn);
-  /* a source overlapping the destination is copied out first */
-  int64_t n = attn_numel(src);
-  if (n > 0 && src->data != t->data) {
-    attn_unary(ATTN_COPY, src, t);
-  } else if (n > 0) {
-    attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fn);
-    attn_unary(ATTN_COPY, src, tmp);
-    attn_unary(ATTN_COPY, tmp, t);
-  }
+  attnL_copy_into(L, t, src, fn);
   lua_settop(L, 1);
   return 1;
 }
@@ -152,9 +145,10 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
     if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
       attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
                   attnL_shape(t, b2, sizeof b2));
+    attnL_check_writable(L, t, fn); /* the mask may differ between elements that share memory */
     lua_settop(L, 1);
   }
-  attn_masked_fill(out, mask, v);
+  if (attn_masked_fill(out, mask, v) != ATTN_OK) attnL_core_error(L, fn);
   return 1;
 }
 
@@ -167,7 +161,10 @@ static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
   if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
   attn_tensor *out = t;
   if (!inplace) out = attnL_push_uninit(L, t->ndim, t->size, fn);
-  else lua_settop(L, 1);
+  else {
+    attnL_check_writable(L, t, fn); /* zeroes some elements and keeps others: order-dependent when shared */
+    lua_settop(L, 1);
+  }
   if (attn_triangle(t, out, k, upper) != ATTN_OK) attnL_core_error(L, fn);
   return 1;
 }

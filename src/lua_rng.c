@@ -16,6 +16,7 @@ typedef void (*fill_fn)(attn_generator *g, float *out, int64_t n, double a, doub
  * a contiguous temporary in that order, then copied. */
 static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a, double b, const char *fname) {
   attn_generator *g = attn_default_generator();
+  attnL_check_writable(L, t, fname);
   int64_t n = attn_numel(t);
   if (n == 0) return;
   if (attn_is_contiguous(t)) {
@@ -27,10 +28,6 @@ static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a
   v.data = t->data;
   for (int d = 0; d < t->ndim; d++) {
     if (t->size[d] == 1) continue;
-    if (t->stride[d] == 0)
-      attnL_error(L, fname,
-                  "unsupported operation: more than one element of the written-to tensor refers to a single "
-                  "memory location (an expanded tensor); clone() it first");
     /* insertion by decreasing stride, stable */
     int k = v.ndim++;
     while (k > 0 && v.stride[k - 1] < t->stride[d]) {

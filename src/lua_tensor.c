@@ -583,8 +583,7 @@ static int mt_newindex(lua_State *L) {
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
-  attnL_check_writable(L, &v, fn); /* as copy_: no copy into elements sharing memory */
-  if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
+  attnL_copy_into(L, &v, src, fn); /* as copy_ */
   return 0;
 }
 

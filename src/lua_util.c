@@ -41,12 +41,27 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len) {
 }
 
 void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname) {
-  for (int d = 0; d < t->ndim; d++)
-    if (t->stride[d] == 0 && t->size[d] > 1) {
-      char b[200];
-      attnL_error(L, fname, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
-                  "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
-    }
+  if (attn_has_internal_overlap(t)) {
+    char b[200];
+    attnL_error(L, fname, "unsupported operation: more than one element of the written-to tensor (shape %s, "
+                "expanded: its elements share memory) refers to a single memory location. Please clone() the "
+                "tensor before performing the operation.", attnL_shape(t, b, sizeof b));
+  }
+}
+
+void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, const char *fname) {
+  attnL_check_writable(L, dst, fname);
+  attn_overlap overlap;
+  if (attn_overlap_status(dst, src, &overlap) != ATTN_OK) attnL_core_error(L, fname);
+  if (overlap == ATTN_OVERLAP_FULL) return; /* every element onto itself */
+  if (overlap == ATTN_OVERLAP_PARTIAL) {
+    attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fname);
+    attn_unary(ATTN_COPY, src, tmp);
+    attn_unary(ATTN_COPY, tmp, dst);
+    lua_pop(L, 1);
+    return;
+  }
+  if (attn_unary(ATTN_COPY, src, dst) != ATTN_OK) attnL_core_error(L, fname);
 }
 
 /* Storage allocation runs protected, so running out of memory becomes an
