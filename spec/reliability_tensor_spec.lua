@@ -114,3 +114,71 @@ describe("in-place ops on an expanded (self-overlapping) view (issue #11 item 8)
   end)
 
 end)
+
+-- Runs a Lua snippet in a child with a wall-clock limit: a reduction that
+-- walks 2^40 elements would otherwise hang the suite instead of failing it.
+local function child_prints(script, seconds)
+  local f = assert(io.popen("timeout " .. seconds .. " scripts/attn-lua -e '" .. script .. "' 2>&1; echo \"rc=$?\""))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+describe("reductions over huge expanded views (issue #11 item 18)", function()
+  it("sum, mean, max, min, argmax, argmin of ones(1):expand(2^40) in a moment, and equal too", function()
+    local out = child_prints([[
+      local attn = require "attn"
+      local e = attn.ones(1):expand(2 ^ 40)
+      print(("%.17g %.17g %.17g %.17g %.17g %.17g %s"):format(e:sum():item(), e:mean():item(), e:max():item(),
+        e:min():item(), e:argmax():item(), e:argmin():item(), tostring(e:equal(attn.ones(1):expand(2 ^ 40)))))
+      print(tostring(e:equal(attn.zeros(1):expand(2 ^ 40))))
+    ]], 20)
+    assert.are.equal("1099511627776 1 1 1 1 1 true\nfalse\nrc=0\n", out)
+  end)
+  it("along an expanded dim and across one: [3, 2^40] from a column", function()
+    local out = child_prints([[
+      local attn = require "attn"
+      local x = attn.tensor { 1.5, -2, 3 }:view(3, 1):expand(3, 2 ^ 40)
+      local s, m = x:sum(2), x:mean(2)
+      local mx, at = x:max(2)
+      print(("%.17g %.17g %.17g | %.17g %.17g %.17g | %g %g %g | %g %g %g"):format(s[1], s[2], s[3], m[1], m[2], m[3],
+        mx[1], mx[2], mx[3], at[1], at[2], at[3]))
+      print(("%.17g %.17g %.17g"):format(x:sum():item(), x:mean():item(), x:argmin():item()))
+    ]], 20)
+    local n = 2 ^ 40
+    -- independent: value x count in double, rounded to float32
+    local want1 = ("%.17g %.17g %.17g | %.17g %.17g %.17g | %g %g %g | %g %g %g"):format(C.f32(1.5 * n), C.f32(-2 * n),
+      C.f32(3 * n), 1.5, -2, 3, 1.5, -2, 3, 1, 1, 1)
+    -- argmin: the first -2 is element (2, 1), flat index 2^40 + 1 (1-based), as a float32
+    local want2 = ("%.17g %.17g %.17g"):format(C.f32(2.5 * n), C.f32(2.5 / 3), C.f32(n + 1))
+    assert.are.equal(want1 .. "\n" .. want2 .. "\nrc=0\n", out)
+  end)
+  it("reducing across an expanded dim gives the same bits as a materialised copy", function()
+    local base = attn.tensor { { 0.1, 0.7, -0.3 }, { 2.5, 1e-3, 7 } }
+    local e = base:view(2, 1, 3):expand(2, 50, 3)
+    local copy = e:contiguous()
+    for _, dim in ipairs { 1, 2, 3 } do
+      assert.is_true(e:sum(dim):equal(copy:sum(dim)), "sum " .. dim)
+      assert.is_true(e:mean(dim):equal(copy:mean(dim)), "mean " .. dim)
+      local v1, i1 = e:max(dim)
+      local v2, i2 = copy:max(dim)
+      assert.is_true(v1:equal(v2) and i1:equal(i2), "max " .. dim)
+      assert.is_true(e:argmin(dim):equal(copy:argmin(dim)), "argmin " .. dim)
+    end
+    assert.is_true(e:sum():equal(copy:sum()))
+    assert.is_true(e:argmax():equal(copy:argmax()))
+    -- the expanded dim's sum by hand: 50 copies of each value
+    local s = e:sum(2)
+    for i = 1, 2 do
+      for j = 1, 3 do assert.are.equal(C.f32(50 * C.f32(base[i][j])), s[i][j]) end
+    end
+  end)
+  it("equal compares without a temporary: NaN unequal, shapes must match", function()
+    local a = attn.tensor { 1, 0 / 0, 3 }
+    assert.is_false(a:equal(a))
+    assert.is_true(attn.tensor { 1, 2 }:equal(attn.tensor { 1, 2 }))
+    assert.is_false(attn.tensor { 1, 2 }:equal(attn.tensor { 1, 2, 3 }))
+    assert.is_true(attn.zeros(0, 3):equal(attn.zeros(0, 3)))
+    assert.is_false(attn.tensor { 1, 2 }:view(2, 1):expand(2, 4):equal(attn.tensor { 1, 1 }:view(2, 1):expand(2, 4)))
+  end)
+end)

@@ -250,11 +250,7 @@ static int m_equal(lua_State *L) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  attn_tensor *eq = attnL_push_uninit(L, a->ndim, a->size, "Tensor:equal");
-  attn_binary(ATTN_EQ, a, b, eq);
-  float v = 1.0f;
-  if (attn_numel(eq) > 0) attn_reduce_all(ATTN_MIN, eq, &v, NULL);
-  lua_pushboolean(L, v == 1.0f);
+  lua_pushboolean(L, attn_equal(a, b));
   return 1;
 }
 
