@@ -182,3 +182,37 @@ describe("reductions over huge expanded views (issue #11 item 18)", function()
     assert.is_false(attn.tensor { 1, 2 }:view(2, 1):expand(2, 4):equal(attn.tensor { 1, 1 }:view(2, 1):expand(2, 4)))
   end)
 end)
+
+describe("x[{i, j}] indexing (issue #11 item 15)", function()
+  local function grid() return attn.arange(1, 13):view(3, 4) end
+  it("a table of 1-based indices selects dims in order, as PyTorch's x[i-1, j-1]", function()
+    local x = grid()
+    assert.are.equal(7, x[{ 2, 3 }])            -- every dim: a number
+    assert.are.equal(x[2][3], x[{ 2, 3 }])
+    assert.are.equal(12, x[{ -1, -1 }])
+    C.is(x[{ 2 }], { 4 }, { 5, 6, 7, 8 })      -- fewer: a view
+    C.is(x[{}], { 3, 4 }, { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 })
+    x[{ 2 }][1] = -5                              -- views share memory
+    assert.are.equal(-5, x[{ 2, 1 }])
+  end)
+  it("assignment through a table of indices: numbers fill, tensors copy", function()
+    local x = grid()
+    x[{ 1, 2 }] = 100
+    x[{ 3 }] = attn.tensor { 0, 0, 0, 0 }
+    x[{ 2, -1 }] = attn.tensor(-8)
+    C.is(x, { 3, 4 }, { 1, 100, 3, 4, 5, 6, 7, -8, 0, 0, 0, 0 })
+  end)
+  it("anything else is a clear error, never a silent nil", function()
+    local x = grid()
+    fails_matching(function() return x[{ 1, 2, 3 }] end, "attn.Tensor index", "too many indices for a tensor of 2 dims")
+    fails_matching(function() return x[{ 1.5 }] end, "attn.Tensor index", "index 1 of the table must be an integer, got 1.5")
+    fails_matching(function() return x[{ 1, "a" }] end, "attn.Tensor index", "index 2 of the table must be an integer, got string")
+    fails_matching(function() return x[{ 1, 5 }] end, "attn.Tensor index", "index 5 is out of range for dim 2 of size 4")
+    fails_matching(function() return x[1.5] end, "attn.Tensor index", "expected an integer, got 1.5")
+    fails_matching(function() return x[true] end, "attn.Tensor index", "got boolean")
+    fails_matching(function() return x[x:gt(2)] end, "attn.Tensor index", "got attn.Tensor")
+    fails_matching(function() x[{ 1, 2, 3 }] = 1 end, "attn.Tensor index assignment", "too many indices")
+    fails_matching(function() x[{ 1, 2 }] = "s" end, "attn.Tensor index assignment", "expected a number or an attn.Tensor")
+    assert.is_nil(x.no_such_method) -- string keys stay method lookups
+  end)
+end)

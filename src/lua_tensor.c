@@ -544,17 +544,40 @@ static int m_clone(lua_State *L) {
 
 /* ---- indexing metamethods ---------------------------------------------- */
 
+/* The view t[key] names: key an integer (dim 1), or a table of integers
+ * {i, j, ...} indexing dims 1, 2, ... as PyTorch's x[i-1, j-1] ({} is t itself).
+ * Raises for any other key. */
+static attn_tensor index_view(lua_State *L, const attn_tensor *t, int key, const char *fn) {
+  if (lua_type(L, key) == LUA_TNUMBER) {
+    int64_t i = attnL_checkinteger(L, key, fn, "index");
+    if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
+    return select_view(L, t, 0, i, fn);
+  }
+  if (lua_type(L, key) != LUA_TTABLE || attnL_test(L, key))
+    attnL_error(L, fn, "expected an integer or a table of integers {i, j, ...} as the index, got %s",
+                attnL_test(L, key) ? "attn.Tensor (indexing by a mask or a tensor is not supported; see masked_fill)"
+                                   : luaL_typename(L, key));
+  lua_Integer n = (lua_Integer)lua_rawlen(L, key);
+  if (n > t->ndim)
+    attnL_error(L, fn, "too many indices for a tensor of %d dims: got %I", t->ndim, n);
+  int64_t index[ATTN_MAX_DIMS];
+  for (lua_Integer k = 1; k <= n; k++) {
+    lua_rawgeti(L, key, k);
+    int exact = 0;
+    lua_Integer i = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &exact) : 0;
+    if (!exact)
+      attnL_error(L, fn, "index %I of the table must be an integer, got %s", k,
+                  lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    lua_pop(L, 1);
+    index[k - 1] = (int64_t)i;
+  }
+  attn_tensor v = *t;
+  for (int d = (int)n - 1; d >= 0; d--) v = select_view(L, &v, d, index[d], fn); /* the last first: dims keep their numbers */
+  return v;
+}
+
 static int mt_index(lua_State *L) {
   attn_tensor *t = attnL_test(L, 1);
-  if (lua_type(L, 2) == LUA_TNUMBER) {
-    const char *fn = "attn.Tensor index";
-    int64_t i = attnL_checkinteger(L, 2, fn, "index");
-    if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
-    attn_tensor v = select_view(L, t, 0, i, fn);
-    if (v.ndim == 0) lua_pushnumber(L, (lua_Number)v.data[0]);
-    else attnL_push_view(L, 1, &v);
-    return 1;
-  }
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *key = lua_tostring(L, 2);
     if (strcmp(key, "shape") == 0) {
@@ -565,18 +588,19 @@ static int mt_index(lua_State *L) {
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
     return 1;
   }
-  lua_pushnil(L);
+  attn_tensor v = index_view(L, t, 2, "attn.Tensor index");
+  if (v.ndim == 0) lua_pushnumber(L, (lua_Number)v.data[0]);
+  else attnL_push_view(L, 1, &v);
   return 1;
 }
 
 static int mt_newindex(lua_State *L) {
   const char *fn = "attn.Tensor index assignment";
   attn_tensor *t = attnL_test(L, 1);
-  if (lua_type(L, 2) != LUA_TNUMBER)
-    attnL_error(L, fn, "only integer indices can be assigned, got %s", luaL_typename(L, 2));
-  int64_t i = attnL_checkinteger(L, 2, fn, "index");
-  if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
-  attn_tensor v = select_view(L, t, 0, i, fn);
+  if (lua_type(L, 2) != LUA_TNUMBER && (lua_type(L, 2) != LUA_TTABLE || attnL_test(L, 2)))
+    attnL_error(L, fn, "only integer indices or tables of them {i, j, ...} can be assigned, got %s",
+                luaL_typename(L, 2));
+  attn_tensor v = index_view(L, t, 2, fn);
   if (lua_type(L, 3) == LUA_TNUMBER) {
     attn_fill(&v, (float)lua_tonumber(L, 3));
     return 0;
