@@ -19,6 +19,11 @@ attn_tensor *attnL_test(lua_State *L, int arg);
 /* The tensor at arg, or an error "fname: bad argument #arg 'what' (expected attn.Tensor, got T)". */
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what);
 
+/* What the value at arg is, for messages: its __name ("attn.Tensor") or Lua
+ * type; a table or userdata whose metatable claims "attn.Tensor" without being
+ * one is "table (not an attn.Tensor)". */
+const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len);
+
 /* Push a new contiguous tensor of this shape, zero-filled. Raises (naming fname
  * and the bytes) on overflowing sizes and on allocation failure. */
 attn_tensor *attnL_push_new(lua_State *L, int ndim, const int64_t *size, const char *fname);
@@ -33,6 +38,12 @@ attn_tensor *attnL_push_contiguous(lua_State *L, int arg, const char *fname);
 int attnL_core_error(lua_State *L, const char *fname);
 /* luaL_error with "fname: " in front. */
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...);
+
+/* Raise "fname: bad argument #(max+1) (no more than max arguments expected, got n)":
+ * extra arguments are a mistake (t:max(1, true, 3)), never silently ignored. */
+void attnL_check_nargs(lua_State *L, int max, const char *fname);
+/* An optional boolean argument (nil or absent: false); anything else raises. */
+int attnL_checkboolean_opt(lua_State *L, int arg, const char *fname, const char *what);
 
 /* A 1-based (or negative, from the end) dim of a tensor with ndim dims; 0-based result. */
 int attnL_checkdim(lua_State *L, int arg, int ndim, const char *fname);

@@ -19,6 +19,7 @@ static attn_tensor operand(lua_State *L, int arg, float *scalar, const char *fn,
 }
 
 static int binary(lua_State *L, attn_binop op, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   float sa, sb;
   attn_tensor a = operand(L, 1, &sa, fn, "self"), b = operand(L, 2, &sb, fn, "other");
   int ndim;
@@ -31,6 +32,7 @@ static int binary(lua_State *L, attn_binop op, const char *fn) {
 
 /* self op= other, in place; other must broadcast to self's shape. */
 static int binary_(lua_State *L, attn_binop op, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *self = attnL_check(L, 1, fn, "self");
   float sb;
   attn_tensor b = operand(L, 2, &sb, fn, "other");
@@ -70,6 +72,7 @@ BINARY_(m_mul_, ATTN_MUL, "Tensor:mul_")
 BINARY_(m_div_, ATTN_DIV, "Tensor:div_")
 
 static int unary(lua_State *L, attn_unop op, const char *fn) {
+  attnL_check_nargs(L, 1, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
   attn_unary(op, a, out);
@@ -98,6 +101,7 @@ static int mt_unm(lua_State *L) {
 /* fill_ and zero_ write one value into every element, so an expanded self
  * (elements sharing memory) is fine, as in PyTorch: no writability check. */
 static int m_fill_(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:fill_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
   attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
   lua_settop(L, 1);
@@ -105,6 +109,7 @@ static int m_fill_(lua_State *L) {
 }
 
 static int m_zero_(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:zero_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:zero_", "self");
   attn_fill(t, 0.0f);
   lua_settop(L, 1);
@@ -113,6 +118,7 @@ static int m_zero_(lua_State *L) {
 
 static int m_copy_(lua_State *L) {
   const char *fn = "Tensor:copy_";
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   attn_tensor *src = attnL_check(L, 2, fn, "src");
   char b1[200], b2[200];
@@ -127,6 +133,7 @@ static int m_copy_(lua_State *L) {
 
 /* masked_fill(mask, value) and masked_fill_ */
 static int masked_fill(lua_State *L, int inplace, const char *fn) {
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   attn_tensor *mask = attnL_check(L, 2, fn, "mask");
   float v = (float)attnL_checknumber(L, 3, fn, "value");
@@ -156,6 +163,7 @@ static int m_masked_fill(lua_State *L) { return masked_fill(L, 0, "attn.masked_f
 static int m_masked_fill_(lua_State *L) { return masked_fill(L, 1, "Tensor:masked_fill_"); }
 
 static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   int64_t k = lua_isnoneornil(L, 2) ? 0 : attnL_checkinteger(L, 2, fn, "diagonal");
   if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
@@ -194,8 +202,10 @@ static void drop_dim(attn_tensor *t, int d) {
 }
 
 static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *fn) {
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   if (lua_isnoneornil(L, 2)) {
+    if (!lua_isnoneornil(L, 3)) attnL_error(L, fn, "bad argument #3 'keepdim' (keepdim needs a dim)");
     float v;
     int64_t at;
     if (attn_reduce_all(op, a, &v, &at) != ATTN_OK) attnL_core_error(L, fn);
@@ -205,7 +215,7 @@ static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *
   }
   if (a->ndim == 0) attnL_error(L, fn, "a 0-dim tensor has no dim to reduce");
   int d = attnL_checkdim(L, 2, a->ndim, fn);
-  int keepdim = lua_toboolean(L, 3);
+  int keepdim = attnL_checkboolean_opt(L, 3, fn, "keepdim");
   attn_tensor *vals = push_reduced(L, a, d, fn);
   attn_tensor *idx = want_indices ? push_reduced(L, a, d, fn) : NULL;
   if (attn_reduce_dim(op, a, d, vals, idx) != ATTN_OK) attnL_core_error(L, fn);
@@ -232,6 +242,7 @@ static int m_argmax(lua_State *L) { return reduce(L, ATTN_MAX, 2, "attn.argmax")
 static int m_argmin(lua_State *L) { return reduce(L, ATTN_MIN, 2, "attn.argmin"); }
 
 static int softmax(lua_State *L, int log, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   if (lua_isnoneornil(L, 2)) attnL_error(L, fn, "bad argument #2 'dim' (a dim is required)");
   int d = attnL_checkdim(L, 2, a->ndim, fn);
@@ -244,6 +255,7 @@ static int m_softmax(lua_State *L) { return softmax(L, 0, "attn.softmax"); }
 static int m_log_softmax(lua_State *L) { return softmax(L, 1, "attn.log_softmax"); }
 
 static int m_equal(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:equal");
   attn_tensor *a = attnL_check(L, 1, "Tensor:equal", "self");
   attn_tensor *b = attnL_check(L, 2, "Tensor:equal", "other");
   if (!attn_same_shape(a, b)) {
@@ -256,8 +268,8 @@ static int m_equal(lua_State *L) {
 
 /* ---- matmul ------------------------------------------------------------ */
 
-static int m_matmul(lua_State *L) {
-  const char *fn = "attn.matmul";
+static int matmul(lua_State *L, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *b = attnL_check(L, 2, fn, "other");
   int ndim;
@@ -268,15 +280,18 @@ static int m_matmul(lua_State *L) {
   return 1;
 }
 
+static int m_matmul(lua_State *L) { return matmul(L, "attn.matmul"); }
+
 static int m_dot(lua_State *L) {
   const char *fn = "attn.dot";
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *b = attnL_check(L, 2, fn, "other");
   char b1[200], b2[200];
   if (a->ndim != 1 || b->ndim != 1 || a->size[0] != b->size[0])
     attnL_error(L, fn, "expected two 1-D tensors of the same size, got %s and %s", attnL_shape(a, b1, sizeof b1),
                 attnL_shape(b, b2, sizeof b2));
-  return m_matmul(L);
+  return matmul(L, fn); /* its errors (out of memory) name dot */
 }
 
 static int m_blas_info(lua_State *L) {

@@ -42,6 +42,7 @@ static int t_full(lua_State *L) {
 }
 
 static int t_eye(lua_State *L) {
+  attnL_check_nargs(L, 2, "attn.eye");
   int64_t n = attnL_checkinteger(L, 1, "attn.eye", "n");
   int64_t m = lua_isnoneornil(L, 2) ? n : attnL_checkinteger(L, 2, "attn.eye", "m");
   if (n < 0 || m < 0) attnL_error(L, "attn.eye", "sizes must be non-negative, got %I and %I", (lua_Integer)n, (lua_Integer)m);
@@ -121,6 +122,7 @@ static float *nested_fill(lua_State *L, int idx, int depth, int ndim, const int6
 }
 
 static int t_tensor(lua_State *L) {
+  attnL_check_nargs(L, 1, "attn.tensor");
   int64_t size[ATTN_MAX_DIMS];
   int ndim = 0;
   attn_tensor *src = attnL_test(L, 1);
@@ -143,6 +145,7 @@ static int t_tensor(lua_State *L) {
 
 /* cat(list, dim) / stack(list, dim) */
 static int join(lua_State *L, int stack, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   const attn_tensor *parts[256];
   if (!lua_istable(L, 1) || attnL_test(L, 1))
     attnL_error(L, fn, "bad argument #1 'tensors' (expected a list of tensors, got %s)", luaL_typename(L, 1));
@@ -219,6 +222,7 @@ static void push_sizes(lua_State *L, const attn_tensor *t) {
 }
 
 static int m_size(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:size");
   attn_tensor *t = CHECK(1, "Tensor:size");
   if (lua_isnoneornil(L, 2)) {
     push_sizes(L, t);
@@ -230,6 +234,7 @@ static int m_size(lua_State *L) {
 }
 
 static int m_stride(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:stride");
   attn_tensor *t = CHECK(1, "Tensor:stride");
   if (lua_isnoneornil(L, 2)) {
     lua_createtable(L, t->ndim, 0);
@@ -245,21 +250,25 @@ static int m_stride(lua_State *L) {
 }
 
 static int m_dim(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:dim");
   lua_pushinteger(L, CHECK(1, "Tensor:dim")->ndim);
   return 1;
 }
 
 static int m_numel(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:numel");
   lua_pushinteger(L, (lua_Integer)attn_numel(CHECK(1, "Tensor:numel")));
   return 1;
 }
 
 static int m_is_contiguous(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:is_contiguous");
   lua_pushboolean(L, attn_is_contiguous(CHECK(1, "Tensor:is_contiguous")));
   return 1;
 }
 
 static int m_item(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:item");
   attn_tensor *t = CHECK(1, "Tensor:item");
   char b[200];
   if (attn_numel(t) != 1)
@@ -289,6 +298,7 @@ static void push_table(lua_State *L, const attn_tensor *t, int d, const float *p
 #define TOTABLE_MAX_VALUES ((int64_t)1 << 26)
 
 static int m_totable(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:totable");
   const char *fn = "Tensor:totable";
   attn_tensor *t = CHECK(1, fn);
   int64_t values = 0, rows = 1; /* tables at each depth, then the numbers */
@@ -325,6 +335,7 @@ static attn_tensor select_view(lua_State *L, const attn_tensor *t, int d, int64_
 }
 
 static int m_select(lua_State *L) {
+  attnL_check_nargs(L, 3, "Tensor:select");
   const char *fn = "Tensor:select";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim == 0) attnL_error(L, fn, "cannot select from a 0-dim tensor");
@@ -335,6 +346,7 @@ static int m_select(lua_State *L) {
 }
 
 static int m_narrow(lua_State *L) {
+  attnL_check_nargs(L, 4, "Tensor:narrow");
   const char *fn = "Tensor:narrow";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim == 0) attnL_error(L, fn, "cannot narrow a 0-dim tensor");
@@ -409,6 +421,7 @@ static int m_reshape(lua_State *L) {
 }
 
 static int m_transpose(lua_State *L) {
+  attnL_check_nargs(L, 3, "Tensor:transpose");
   const char *fn = "Tensor:transpose";
   attn_tensor *t = CHECK(1, fn);
   int a = attnL_checkdim(L, 2, t->ndim, fn), b = attnL_checkdim(L, 3, t->ndim, fn);
@@ -424,6 +437,7 @@ static int m_transpose(lua_State *L) {
 }
 
 static int m_t(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:t");
   attn_tensor *t = CHECK(1, "Tensor:t");
   if (t->ndim > 2) attnL_error(L, "Tensor:t", "expects a tensor with <= 2 dims, got %d (use :transpose)", t->ndim);
   attn_tensor v = *t;
@@ -465,6 +479,7 @@ static int m_permute(lua_State *L) {
 }
 
 static int m_unsqueeze(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:unsqueeze");
   const char *fn = "Tensor:unsqueeze";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim >= ATTN_MAX_DIMS) attnL_error(L, fn, "at most %d dims are supported", ATTN_MAX_DIMS);
@@ -482,6 +497,7 @@ static int m_unsqueeze(lua_State *L) {
 }
 
 static int m_squeeze(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:squeeze");
   const char *fn = "Tensor:squeeze";
   attn_tensor *t = CHECK(1, fn);
   attn_tensor v = *t;
@@ -531,12 +547,14 @@ static int m_expand(lua_State *L) {
 }
 
 static int m_contiguous(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:contiguous");
   CHECK(1, "Tensor:contiguous");
   attnL_push_contiguous(L, 1, "Tensor:contiguous");
   return 1;
 }
 
 static int m_clone(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:clone");
   attn_tensor *t = CHECK(1, "Tensor:clone");
   attn_unary(ATTN_COPY, t, attnL_push_uninit(L, t->ndim, t->size, "Tensor:clone"));
   return 1;

@@ -14,11 +14,26 @@ attn_tensor *attnL_test(lua_State *L, int arg) {
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what) {
   attn_tensor *t = attnL_test(L, arg);
   if (!t) {
-    const char *got = luaL_typename(L, arg);
-    if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) got = lua_tostring(L, -1);
-    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what, got);
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what,
+                attnL_typename(L, arg, buf, sizeof buf));
   }
   return t;
+}
+
+const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len) {
+  arg = lua_absindex(L, arg);
+  const char *type = luaL_typename(L, arg);
+  if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) {
+    const char *name = lua_tostring(L, -1);
+    if (strcmp(name, ATTN_TENSOR_NAME) == 0 && !attnL_test(L, arg))
+      snprintf(buf, len, "%s (not an attn.Tensor)", type); /* a look-alike claiming the name */
+    else
+      snprintf(buf, len, "%s", name);
+    lua_pop(L, 1);
+    return buf;
+  }
+  return type;
 }
 
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
@@ -30,6 +45,23 @@ int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
   va_end(ap);
   lua_concat(L, 3);
   return lua_error(L);
+}
+
+void attnL_check_nargs(lua_State *L, int max, const char *fname) {
+  int n = lua_gettop(L);
+  if (n > max)
+    attnL_error(L, fname, "bad argument #%d (no more than %d argument%s expected, got %d)", max + 1, max,
+                max == 1 ? "" : "s", n);
+}
+
+int attnL_checkboolean_opt(lua_State *L, int arg, const char *fname, const char *what) {
+  if (lua_isnoneornil(L, arg)) return 0;
+  if (lua_type(L, arg) != LUA_TBOOLEAN) {
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected a boolean, got %s)", arg, what,
+                lua_type(L, arg) == LUA_TSTRING ? "string" : attnL_typename(L, arg, buf, sizeof buf));
+  }
+  return lua_toboolean(L, arg);
 }
 
 int attnL_core_error(lua_State *L, const char *fname) {
@@ -146,12 +178,7 @@ static const char *describe(lua_State *L, int arg, char *buf, size_t len) {
     snprintf(buf, len, "%.14g", (double)v);
     return buf;
   }
-  if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) {
-    snprintf(buf, len, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    return buf;
-  }
-  return luaL_typename(L, arg);
+  return attnL_typename(L, arg, buf, len);
 }
 
 int64_t attnL_checkinteger(lua_State *L, int arg, const char *fname, const char *what) {

@@ -23,7 +23,10 @@ end
 local function type_name(x)
   if getmetatable(x) == mt then return "attn.Tensor" end
   local m = getmetatable(x)
-  if type(m) == "table" and type(rawget(m, "__name")) == "string" then return rawget(m, "__name") end
+  if type(m) == "table" and type(rawget(m, "__name")) == "string" then
+    if rawget(m, "__name") == "attn.Tensor" then return type(x) .. " (not an attn.Tensor)" end -- a look-alike
+    return rawget(m, "__name")
+  end
   return type(x)
 end
 
@@ -56,9 +59,8 @@ function attn.allclose(a, b, rtol, atol)
   if type(rtol) ~= "number" then error("attn.allclose: bad argument #3 'rtol' (expected a number, got " .. type(rtol) .. ")", 2) end
   if type(atol) ~= "number" then error("attn.allclose: bad argument #4 'atol' (expected a number, got " .. type(atol) .. ")", 2) end
   local okd, diff = pcall(attn.sub, a, b)
-  if not okd then
-    error("attn.allclose: shapes [" .. table.concat(a:size(), ", ") .. "] and [" .. table.concat(b:size(), ", ")
-      .. "] cannot be broadcast", 2)
+  if not okd then -- the real cause (shapes that do not broadcast, out of memory), under allclose's name
+    error("attn.allclose: " .. tostring(diff):gsub("^.-attn%.sub: ", ""), 2)
   end
   -- as torch.isclose: equal values (infinities included) are close, else a
   -- finite |a - b| within atol + rtol * |b|
