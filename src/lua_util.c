@@ -47,6 +47,8 @@ int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
   return lua_error(L);
 }
 
+static const char *describe(lua_State *L, int arg, char *buf, size_t len);
+
 void attnL_check_nargs(lua_State *L, int max, const char *fname) {
   int n = lua_gettop(L);
   if (n > max)
@@ -59,7 +61,7 @@ int attnL_checkboolean_opt(lua_State *L, int arg, const char *fname, const char 
   if (lua_type(L, arg) != LUA_TBOOLEAN) {
     char buf[64];
     attnL_error(L, fname, "bad argument #%d '%s' (expected a boolean, got %s)", arg, what,
-                lua_type(L, arg) == LUA_TSTRING ? "string" : attnL_typename(L, arg, buf, sizeof buf));
+                describe(L, arg, buf, sizeof buf));
   }
   return lua_toboolean(L, arg);
 }
