@@ -230,6 +230,13 @@ describe("argument checks and messages (issue #11 item 17)", function()
     fails_matching(function() return attn.cat({ t }, 1, 2) end, "attn.cat", "no more than 2 arguments expected")
     fails_matching(function() return t:masked_fill(t, 0, 1) end, "attn.masked_fill", "no more than 3 arguments expected")
     fails_matching(function() return t:triu(1, 2) end, "attn.triu", "no more than 2 arguments expected")
+    fails_matching(function() return t:uniform_(0, 1, 2) end, "Tensor:uniform_", "no more than 3 arguments expected")
+    fails_matching(function() return attn.dropout(t, 0.5, true, 1) end, "attn.dropout", "no more than 3 arguments expected")
+    fails_matching(function() return attn.scaled_dot_product_attention(t, t, t, {}, 1) end,
+      "attn.scaled_dot_product_attention", "no more than 4 arguments expected")
+    fails_matching(function() return attn.allclose(t, t, 1e-5, 1e-8, true) end, "attn.allclose",
+      "bad argument #5 %(no more than 4 arguments expected, got 5%)")
+    fails_matching(function() return attn.zeros_like(t, 2) end, "attn.zeros_like", "no more than 1 argument expected")
   end)
   it("keepdim must be a boolean, and needs a dim", function()
     local t = attn.ones(2, 3)

@@ -104,6 +104,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
 }
 
 static int l_sdpa(lua_State *L) {
+  attnL_check_nargs(L, 4, SDPA);
   attn_tensor *q = attnL_check(L, 1, SDPA, "q");
   attn_tensor *k = attnL_check(L, 2, SDPA, "k");
   attn_tensor *v = attnL_check(L, 3, SDPA, "v");
@@ -153,6 +154,7 @@ static int l_sdpa(lua_State *L) {
 }
 
 static int l_simple(lua_State *L) {
+  attnL_check_nargs(L, 1, SIMPLE);
   attn_tensor *x = attnL_check(L, 1, SIMPLE, "x");
   if (x->ndim < 2) {
     char buf[200];

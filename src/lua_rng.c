@@ -55,6 +55,7 @@ static double optnumber(lua_State *L, int arg, double def, const char *fname, co
 /* ---- seeding and state ----------------------------------------------------- */
 
 static int r_manual_seed(lua_State *L) {
+  attnL_check_nargs(L, 1, "attn.manual_seed");
   const char *fn = "attn.manual_seed";
   if (lua_type(L, 1) != LUA_TNUMBER)
     attnL_error(L, fn, "bad argument #1 'seed' (expected integer, got %s)", luaL_typename(L, 1));
@@ -125,6 +126,7 @@ static int r_randn(lua_State *L) {
 
 static int m_uniform_(lua_State *L) {
   const char *fn = "Tensor:uniform_";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   double a = optnumber(L, 2, 0.0, fn, "from");
   double b = optnumber(L, 3, 1.0, fn, "to");
@@ -139,6 +141,7 @@ static int m_uniform_(lua_State *L) {
 
 static int m_normal_(lua_State *L) {
   const char *fn = "Tensor:normal_";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   double mean = optnumber(L, 2, 0.0, fn, "mean");
   double std = optnumber(L, 3, 1.0, fn, "std");
@@ -158,6 +161,7 @@ static int m_normal_(lua_State *L) {
  * t itself; p == 1 gives t * 0; neither draws. */
 static int r_dropout(lua_State *L) {
   const char *fn = "attn.dropout";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "input");
   double p = attnL_checknumber(L, 2, fn, "p");
   if (!(p >= 0.0 && p <= 1.0)) attnL_error(L, fn, "dropout probability has to be between 0 and 1, but got %f", p);

@@ -30,6 +30,14 @@ local function type_name(x)
   return type(x)
 end
 
+-- Extra arguments are a mistake, never silently ignored (as attnL_check_nargs).
+local function check_nargs(fname, max, n)
+  if n > max then
+    error(("%s: bad argument #%d (no more than %d argument%s expected, got %d)"):format(fname, max + 1, max,
+      max == 1 and "" or "s", n), 3)
+  end
+end
+
 local function check_tensor(x, fname, argn, what)
   if getmetatable(x) ~= mt then
     error(("%s: bad argument #%d '%s' (expected attn.Tensor, got %s)"):format(fname, argn, what, type_name(x)), 3)
@@ -37,12 +45,16 @@ local function check_tensor(x, fname, argn, what)
 end
 
 --- A zero tensor of `t`'s shape.
-function attn.zeros_like(t)
+function attn.zeros_like(...)
+  local t = ...
+  check_nargs("attn.zeros_like", 1, select("#", ...))
   check_tensor(t, "attn.zeros_like", 1, "t")
   return attn.zeros(t:size())
 end
 --- A tensor of ones of `t`'s shape.
-function attn.ones_like(t)
+function attn.ones_like(...)
+  local t = ...
+  check_nargs("attn.ones_like", 1, select("#", ...))
   check_tensor(t, "attn.ones_like", 1, "t")
   return attn.ones(t:size())
 end
@@ -52,7 +64,9 @@ end
 -- @param b tensor
 -- @param[opt=1e-5] rtol
 -- @param[opt=1e-8] atol
-function attn.allclose(a, b, rtol, atol)
+function attn.allclose(...)
+  local a, b, rtol, atol = ...
+  check_nargs("attn.allclose", 4, select("#", ...))
   if not attn.is_tensor(a) then error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")", 2) end
   if not attn.is_tensor(b) then error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")", 2) end
   rtol, atol = rtol or 1e-5, atol or 1e-8
