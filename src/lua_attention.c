@@ -154,7 +154,6 @@ static int l_sdpa(lua_State *L) {
 }
 
 static int l_simple(lua_State *L) {
-  attnL_check_nargs(L, 1, SIMPLE);
   attn_tensor *x = attnL_check(L, 1, SIMPLE, "x");
   if (x->ndim < 2) {
     char buf[200];
