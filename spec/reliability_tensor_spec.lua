@@ -72,6 +72,12 @@ describe("in-place ops with partially overlapping operands (issue #11 item 7)", 
     local g = seq(9):view(3, 3)
     g[2] = g:view(-1):narrow(1, 2, 3) -- row 2 := elements 2..4 (4 is row 2's first)
     C.is(g, { 3, 3 }, { 1, 2, 3, 2, 3, 4, 7, 8, 9 })
+    local cols = seq(9):view(3, 3) -- strided rows: an element-by-element copy would read its own writes
+    cols:narrow(2, 2, 2):copy_(cols:narrow(2, 1, 2))
+    C.is(cols, { 3, 3 }, { 1, 1, 2, 4, 4, 5, 7, 7, 8 })
+    local rows = seq(9):view(3, 3)
+    rows:narrow(2, 2, 2)[{ 1 }] = rows:narrow(2, 1, 2)[1]
+    C.is(rows, { 3, 3 }, { 1, 1, 2, 4, 5, 6, 7, 8, 9 })
     local s = seq(4):view(2, 2)
     s:copy_(s) -- onto itself
     C.is(s, { 2, 2 }, { 1, 2, 3, 4 })
