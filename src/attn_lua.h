@@ -19,6 +19,11 @@ attn_tensor *attnL_test(lua_State *L, int arg);
 /* The tensor at arg, or an error "fname: bad argument #arg 'what' (expected attn.Tensor, got T)". */
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what);
 
+/* What the value at arg is, for messages: its __name ("attn.Tensor") or Lua
+ * type; a table or userdata whose metatable claims "attn.Tensor" without being
+ * one is "table (not an attn.Tensor)". */
+const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len);
+
 /* Push a new contiguous tensor of this shape, zero-filled. Raises (naming fname
  * and the bytes) on overflowing sizes and on allocation failure. */
 attn_tensor *attnL_push_new(lua_State *L, int ndim, const int64_t *size, const char *fname);
@@ -34,6 +39,12 @@ int attnL_core_error(lua_State *L, const char *fname);
 /* luaL_error with "fname: " in front. */
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...);
 
+/* Raise "fname: bad argument #(max+1) (no more than max arguments expected, got n)":
+ * extra arguments are a mistake (t:max(1, true, 3)), never silently ignored. */
+void attnL_check_nargs(lua_State *L, int max, const char *fname);
+/* An optional boolean argument (nil or absent: false); anything else raises. */
+int attnL_checkboolean_opt(lua_State *L, int arg, const char *fname, const char *what);
+
 /* A 1-based (or negative, from the end) dim of a tensor with ndim dims; 0-based result. */
 int attnL_checkdim(lua_State *L, int arg, int ndim, const char *fname);
 /* An integer argument (a float with an integral value is accepted). */
@@ -43,9 +54,12 @@ double attnL_checknumber(lua_State *L, int arg, const char *fname, const char *w
 /* Sizes given as varargs from `first`, or as one table at `first`; -1 allowed once if
  * allow_infer (returned as -1). Returns the count of dims. */
 int attnL_checksizes(lua_State *L, int first, int64_t *size, int allow_infer, const char *fname);
-/* Raise unless t can be written in place: an expanded (stride-0) dim of size > 1
- * makes several elements share one memory location, which PyTorch refuses to
- * write (and which would make a fill of a huge expanded view run for ages). */
+/* Raise unless t can be written in place: the one writability check of every
+ * in-place output whose written values can differ between its elements. An
+ * expanded (stride-0) dim of size > 1 makes several elements share one memory
+ * location, so the result would depend on the order of the writes (PyTorch
+ * refuses the same; it would also make a huge expanded view run for ages).
+ * Fills (fill_, zero_, t[i] = number) write one value everywhere and skip it. */
 void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname);
 /* A path argument: a string without an embedded NUL byte (which the C
  * library would silently cut the path at). */
@@ -56,6 +70,9 @@ const char *attnL_checkpath(lua_State *L, int arg, const char *fname, const char
  * store the descriptor (-1: none). attnL_close_fd closes it now. */
 int *attnL_push_fd_guard(lua_State *L);
 void attnL_close_fd(lua_State *L, int idx);
+/* copy_'s semantics: src (broadcast to dst's shape) copied into dst as if it
+ * were copied out first when the two share memory; dst must be writable. */
+void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, const char *fname);
 /* "[2, 3]" of a tensor, for messages. */
 const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 

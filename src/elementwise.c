@@ -62,15 +62,18 @@ static void binary_row(int64_t n, float *const *p, const int64_t *s, const void 
   }
 }
 
-/* Overlap of out with an input that is not exactly out itself would make an
- * in-place op read values it already wrote. */
-static int partially_overlaps(const attn_tensor *out, const attn_tensor *in) {
-  if (in->data == out->data && attn_same_shape(in, out)) {
-    for (int d = 0; d < out->ndim; d++)
-      if (out->size[d] > 1 && in->stride[d] != out->stride[d]) return 1;
-    return 0;
-  }
-  return 0;
+/* An in-place kernel reading an input that shares some, but not all, of its
+ * elements with out would read values it already wrote: refused as PyTorch
+ * does. An input that is exactly out (a:add_(a)) is fine element by element. */
+static attn_status check_overlap(const attn_tensor *out, const attn_tensor *in) {
+  attn_overlap overlap;
+  attn_status st = attn_overlap_status(out, in, &overlap);
+  if (st != ATTN_OK) return st;
+  if (overlap == ATTN_OVERLAP_PARTIAL)
+    return attn_fail(ATTN_EARG, "unsupported operation: some elements of the input tensor and the written-to tensor "
+                     "refer to a single memory location (the input overlaps the output). Please clone() the input "
+                     "before performing the operation.");
+  return ATTN_OK;
 }
 
 attn_status attn_binary(attn_binop op, const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
@@ -78,8 +81,7 @@ attn_status attn_binary(attn_binop op, const attn_tensor *a, const attn_tensor *
   attn_status st;
   if ((st = attn_expand(a, out->ndim, out->size, &ea)) != ATTN_OK) return st;
   if ((st = attn_expand(b, out->ndim, out->size, &eb)) != ATTN_OK) return st;
-  if (partially_overlaps(out, &ea) || partially_overlaps(out, &eb))
-    return attn_fail(ATTN_EARG, "the output overlaps an input in a way an in-place op cannot handle");
+  if ((st = check_overlap(out, &ea)) != ATTN_OK || (st = check_overlap(out, &eb)) != ATTN_OK) return st;
   const attn_tensor *ops[3] = {out, &ea, &eb};
   attn_foreach(3, ops, binary_row, &op);
   return ATTN_OK;
@@ -118,8 +120,7 @@ attn_status attn_unary(attn_unop op, const attn_tensor *a, attn_tensor *out) {
   attn_tensor ea;
   attn_status st;
   if ((st = attn_expand(a, out->ndim, out->size, &ea)) != ATTN_OK) return st;
-  if (partially_overlaps(out, &ea))
-    return attn_fail(ATTN_EARG, "the output overlaps the input in a way an in-place op cannot handle");
+  if ((st = check_overlap(out, &ea)) != ATTN_OK) return st;
   /* a copy between distinct buffers that are both contiguous is one memmove */
   if (op == ATTN_COPY && attn_is_contiguous(out) && attn_is_contiguous(&ea) && ea.data != out->data) {
     memmove(out->data, ea.data, (size_t)attn_numel(out) * sizeof(float));
@@ -157,6 +158,7 @@ attn_status attn_masked_fill(attn_tensor *out, const attn_tensor *mask, float va
   attn_tensor em;
   attn_status st;
   if ((st = attn_expand(mask, out->ndim, out->size, &em)) != ATTN_OK) return st;
+  if ((st = check_overlap(out, &em)) != ATTN_OK) return st;
   const attn_tensor *ops[2] = {out, &em};
   attn_foreach(2, ops, masked_fill_row, &value);
   return ATTN_OK;

@@ -41,9 +41,8 @@ static attn_tensor *tensor_option(lua_State *L, int arg, const char *name) {
   if (lua_isnil(L, -1)) return NULL;
   attn_tensor *t = attnL_test(L, -1);
   if (!t) {
-    const char *got = luaL_typename(L, -1);
-    if (luaL_getmetafield(L, -1, "__name") == LUA_TSTRING) got = lua_tostring(L, -1);
-    attnL_error(L, SDPA, "bad option '%s' (expected attn.Tensor, got %s)", name, got);
+    char buf[64];
+    attnL_error(L, SDPA, "bad option '%s' (expected attn.Tensor, got %s)", name, attnL_typename(L, -1, buf, sizeof buf));
   }
   return t;
 }
@@ -107,6 +106,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
 }
 
 static int l_sdpa(lua_State *L) {
+  attnL_check_nargs(L, 4, SDPA);
   attn_tensor *q = attnL_check(L, 1, SDPA, "q");
   attn_tensor *k = attnL_check(L, 2, SDPA, "k");
   attn_tensor *v = attnL_check(L, 3, SDPA, "v");

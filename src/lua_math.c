@@ -19,6 +19,7 @@ static attn_tensor operand(lua_State *L, int arg, float *scalar, const char *fn,
 }
 
 static int binary(lua_State *L, attn_binop op, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   float sa, sb;
   /* Lua calls the arithmetic metamethods with a tensor on one side; a direct
    * call with two numbers (getmetatable(t).__add(1, 2)) is not a tensor op */
@@ -35,6 +36,7 @@ static int binary(lua_State *L, attn_binop op, const char *fn) {
 
 /* self op= other, in place; other must broadcast to self's shape. */
 static int binary_(lua_State *L, attn_binop op, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *self = attnL_check(L, 1, fn, "self");
   float sb;
   attn_tensor b = operand(L, 2, &sb, fn, "other");
@@ -74,6 +76,7 @@ BINARY_(m_mul_, ATTN_MUL, "Tensor:mul_")
 BINARY_(m_div_, ATTN_DIV, "Tensor:div_")
 
 static int unary(lua_State *L, attn_unop op, const char *fn) {
+  attnL_check_nargs(L, 1, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
   attn_unary(op, a, out);
@@ -99,7 +102,10 @@ static int mt_unm(lua_State *L) {
   return unary(L, ATTN_NEG, "attn.neg");
 }
 
+/* fill_ and zero_ write one value into every element, so an expanded self
+ * (elements sharing memory) is fine, as in PyTorch: no writability check. */
 static int m_fill_(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:fill_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
   attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
   lua_settop(L, 1);
@@ -107,6 +113,7 @@ static int m_fill_(lua_State *L) {
 }
 
 static int m_zero_(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:zero_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:zero_", "self");
   attn_fill(t, 0.0f);
   lua_settop(L, 1);
@@ -115,6 +122,7 @@ static int m_zero_(lua_State *L) {
 
 static int m_copy_(lua_State *L) {
   const char *fn = "Tensor:copy_";
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   attn_tensor *src = attnL_check(L, 2, fn, "src");
   char b1[200], b2[200];
@@ -122,22 +130,14 @@ static int m_copy_(lua_State *L) {
   if (attn_expand(src, t->ndim, t->size, &e) != ATTN_OK)
     attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
                 attnL_shape(t, b2, sizeof b2));
-  attnL_check_writable(L, t, fn);
-  /* a source overlapping the destination is copied out first */
-  int64_t n = attn_numel(src);
-  if (n > 0 && src->data != t->data) {
-    attn_unary(ATTN_COPY, src, t);
-  } else if (n > 0) {
-    attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fn);
-    attn_unary(ATTN_COPY, src, tmp);
-    attn_unary(ATTN_COPY, tmp, t);
-  }
+  attnL_copy_into(L, t, src, fn);
   lua_settop(L, 1);
   return 1;
 }
 
 /* masked_fill(mask, value) and masked_fill_ */
 static int masked_fill(lua_State *L, int inplace, const char *fn) {
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   attn_tensor *mask = attnL_check(L, 2, fn, "mask");
   float v = (float)attnL_checknumber(L, 3, fn, "value");
@@ -156,9 +156,10 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
     if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
       attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
                   attnL_shape(t, b2, sizeof b2));
+    attnL_check_writable(L, t, fn); /* the mask may differ between elements that share memory */
     lua_settop(L, 1);
   }
-  attn_masked_fill(out, mask, v);
+  if (attn_masked_fill(out, mask, v) != ATTN_OK) attnL_core_error(L, fn);
   return 1;
 }
 
@@ -166,12 +167,16 @@ static int m_masked_fill(lua_State *L) { return masked_fill(L, 0, "attn.masked_f
 static int m_masked_fill_(lua_State *L) { return masked_fill(L, 1, "Tensor:masked_fill_"); }
 
 static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   int64_t k = lua_isnoneornil(L, 2) ? 0 : attnL_checkinteger(L, 2, fn, "diagonal");
   if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
   attn_tensor *out = t;
   if (!inplace) out = attnL_push_uninit(L, t->ndim, t->size, fn);
-  else lua_settop(L, 1);
+  else {
+    attnL_check_writable(L, t, fn); /* zeroes some elements and keeps others: order-dependent when shared */
+    lua_settop(L, 1);
+  }
   if (attn_triangle(t, out, k, upper) != ATTN_OK) attnL_core_error(L, fn);
   return 1;
 }
@@ -201,8 +206,10 @@ static void drop_dim(attn_tensor *t, int d) {
 }
 
 static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *fn) {
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   if (lua_isnoneornil(L, 2)) {
+    if (!lua_isnoneornil(L, 3)) attnL_error(L, fn, "bad argument #3 'keepdim' (keepdim needs a dim)");
     float v;
     int64_t at;
     if (attn_reduce_all(op, a, &v, &at) != ATTN_OK) attnL_core_error(L, fn);
@@ -212,7 +219,7 @@ static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *
   }
   if (a->ndim == 0) attnL_error(L, fn, "a 0-dim tensor has no dim to reduce");
   int d = attnL_checkdim(L, 2, a->ndim, fn);
-  int keepdim = lua_toboolean(L, 3);
+  int keepdim = attnL_checkboolean_opt(L, 3, fn, "keepdim");
   attn_tensor *vals = push_reduced(L, a, d, fn);
   attn_tensor *idx = want_indices ? push_reduced(L, a, d, fn) : NULL;
   if (attn_reduce_dim(op, a, d, vals, idx) != ATTN_OK) attnL_core_error(L, fn);
@@ -239,6 +246,7 @@ static int m_argmax(lua_State *L) { return reduce(L, ATTN_MAX, 2, "attn.argmax")
 static int m_argmin(lua_State *L) { return reduce(L, ATTN_MIN, 2, "attn.argmin"); }
 
 static int softmax(lua_State *L, int log, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   if (lua_isnoneornil(L, 2)) attnL_error(L, fn, "bad argument #2 'dim' (a dim is required)");
   int d = attnL_checkdim(L, 2, a->ndim, fn);
@@ -251,24 +259,21 @@ static int m_softmax(lua_State *L) { return softmax(L, 0, "attn.softmax"); }
 static int m_log_softmax(lua_State *L) { return softmax(L, 1, "attn.log_softmax"); }
 
 static int m_equal(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:equal");
   attn_tensor *a = attnL_check(L, 1, "Tensor:equal", "self");
   attn_tensor *b = attnL_check(L, 2, "Tensor:equal", "other");
   if (!attn_same_shape(a, b)) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  attn_tensor *eq = attnL_push_uninit(L, a->ndim, a->size, "Tensor:equal");
-  attn_binary(ATTN_EQ, a, b, eq);
-  float v = 1.0f;
-  if (attn_numel(eq) > 0) attn_reduce_all(ATTN_MIN, eq, &v, NULL);
-  lua_pushboolean(L, v == 1.0f);
+  lua_pushboolean(L, attn_equal(a, b));
   return 1;
 }
 
 /* ---- matmul ------------------------------------------------------------ */
 
-static int m_matmul(lua_State *L) {
-  const char *fn = "attn.matmul";
+static int matmul(lua_State *L, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *b = attnL_check(L, 2, fn, "other");
   int ndim;
@@ -279,15 +284,18 @@ static int m_matmul(lua_State *L) {
   return 1;
 }
 
+static int m_matmul(lua_State *L) { return matmul(L, "attn.matmul"); }
+
 static int m_dot(lua_State *L) {
   const char *fn = "attn.dot";
+  attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *b = attnL_check(L, 2, fn, "other");
   char b1[200], b2[200];
   if (a->ndim != 1 || b->ndim != 1 || a->size[0] != b->size[0])
     attnL_error(L, fn, "expected two 1-D tensors of the same size, got %s and %s", attnL_shape(a, b1, sizeof b1),
                 attnL_shape(b, b2, sizeof b2));
-  return m_matmul(L);
+  return matmul(L, fn); /* its errors (out of memory) name dot */
 }
 
 static int m_blas_info(lua_State *L) {

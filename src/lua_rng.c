@@ -39,6 +39,7 @@ typedef void (*fill_fn)(attn_generator *g, float *out, int64_t n, double a, doub
  * a contiguous temporary in that order, then copied. */
 static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a, double b, const char *fname) {
   attn_generator *g = attnL_generator(L);
+  attnL_check_writable(L, t, fname);
   int64_t n = attn_numel(t);
   if (n == 0) return;
   if (attn_is_contiguous(t)) {
@@ -50,10 +51,6 @@ static void fill_memory_order(lua_State *L, attn_tensor *t, fill_fn fn, double a
   v.data = t->data;
   for (int d = 0; d < t->ndim; d++) {
     if (t->size[d] == 1) continue;
-    if (t->stride[d] == 0)
-      attnL_error(L, fname,
-                  "unsupported operation: more than one element of the written-to tensor refers to a single "
-                  "memory location (an expanded tensor); clone() it first");
     /* insertion by decreasing stride, stable */
     int k = v.ndim++;
     while (k > 0 && v.stride[k - 1] < t->stride[d]) {
@@ -81,6 +78,7 @@ static double optnumber(lua_State *L, int arg, double def, const char *fname, co
 /* ---- seeding and state ----------------------------------------------------- */
 
 static int r_manual_seed(lua_State *L) {
+  attnL_check_nargs(L, 1, "attn.manual_seed");
   const char *fn = "attn.manual_seed";
   if (lua_type(L, 1) != LUA_TNUMBER)
     attnL_error(L, fn, "bad argument #1 'seed' (expected integer, got %s)", luaL_typename(L, 1));
@@ -151,6 +149,7 @@ static int r_randn(lua_State *L) {
 
 static int m_uniform_(lua_State *L) {
   const char *fn = "Tensor:uniform_";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   double a = optnumber(L, 2, 0.0, fn, "from");
   double b = optnumber(L, 3, 1.0, fn, "to");
@@ -165,6 +164,7 @@ static int m_uniform_(lua_State *L) {
 
 static int m_normal_(lua_State *L) {
   const char *fn = "Tensor:normal_";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   double mean = optnumber(L, 2, 0.0, fn, "mean");
   double std = optnumber(L, 3, 1.0, fn, "std");
@@ -184,6 +184,7 @@ static int m_normal_(lua_State *L) {
  * t itself; p == 1 gives t * 0; neither draws. */
 static int r_dropout(lua_State *L) {
   const char *fn = "attn.dropout";
+  attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "input");
   double p = attnL_checknumber(L, 2, fn, "p");
   if (!(p >= 0.0 && p <= 1.0)) attnL_error(L, fn, "dropout probability has to be between 0 and 1, but got %f", p);

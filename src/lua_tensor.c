@@ -43,6 +43,7 @@ static int t_full(lua_State *L) {
 }
 
 static int t_eye(lua_State *L) {
+  attnL_check_nargs(L, 2, "attn.eye");
   int64_t n = attnL_checkinteger(L, 1, "attn.eye", "n");
   int64_t m = lua_isnoneornil(L, 2) ? n : attnL_checkinteger(L, 2, "attn.eye", "m");
   if (n < 0 || m < 0) attnL_error(L, "attn.eye", "sizes must be non-negative, got %I and %I", (lua_Integer)n, (lua_Integer)m);
@@ -122,6 +123,7 @@ static float *nested_fill(lua_State *L, int idx, int depth, int ndim, const int6
 }
 
 static int t_tensor(lua_State *L) {
+  attnL_check_nargs(L, 1, "attn.tensor");
   int64_t size[ATTN_MAX_DIMS];
   int ndim = 0;
   attn_tensor *src = attnL_test(L, 1);
@@ -148,6 +150,7 @@ static int t_tensor(lua_State *L) {
  * finalizer that empties the caller's list during an allocation below cannot
  * free a part, and their views live in a garbage-collected scratch userdata. */
 static int join(lua_State *L, int stack, const char *fn) {
+  attnL_check_nargs(L, 2, fn);
   if (!lua_istable(L, 1) || attnL_test(L, 1))
     attnL_error(L, fn, "bad argument #1 'tensors' (expected a list of tensors, got %s)", luaL_typename(L, 1));
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
@@ -231,6 +234,7 @@ static void push_sizes(lua_State *L, const attn_tensor *t) {
 }
 
 static int m_size(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:size");
   attn_tensor *t = CHECK(1, "Tensor:size");
   if (lua_isnoneornil(L, 2)) {
     push_sizes(L, t);
@@ -242,6 +246,7 @@ static int m_size(lua_State *L) {
 }
 
 static int m_stride(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:stride");
   attn_tensor *t = CHECK(1, "Tensor:stride");
   if (lua_isnoneornil(L, 2)) {
     lua_createtable(L, t->ndim, 0);
@@ -257,21 +262,25 @@ static int m_stride(lua_State *L) {
 }
 
 static int m_dim(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:dim");
   lua_pushinteger(L, CHECK(1, "Tensor:dim")->ndim);
   return 1;
 }
 
 static int m_numel(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:numel");
   lua_pushinteger(L, (lua_Integer)attn_numel(CHECK(1, "Tensor:numel")));
   return 1;
 }
 
 static int m_is_contiguous(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:is_contiguous");
   lua_pushboolean(L, attn_is_contiguous(CHECK(1, "Tensor:is_contiguous")));
   return 1;
 }
 
 static int m_item(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:item");
   attn_tensor *t = CHECK(1, "Tensor:item");
   char b[200];
   if (attn_numel(t) != 1)
@@ -301,6 +310,7 @@ static void push_table(lua_State *L, const attn_tensor *t, int d, const float *p
 #define TOTABLE_MAX_VALUES ((int64_t)1 << 26)
 
 static int m_totable(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:totable");
   const char *fn = "Tensor:totable";
   attn_tensor *t = CHECK(1, fn);
   int64_t values = 0, rows = 1; /* tables at each depth, then the numbers */
@@ -337,6 +347,7 @@ static attn_tensor select_view(lua_State *L, const attn_tensor *t, int d, int64_
 }
 
 static int m_select(lua_State *L) {
+  attnL_check_nargs(L, 3, "Tensor:select");
   const char *fn = "Tensor:select";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim == 0) attnL_error(L, fn, "cannot select from a 0-dim tensor");
@@ -347,6 +358,7 @@ static int m_select(lua_State *L) {
 }
 
 static int m_narrow(lua_State *L) {
+  attnL_check_nargs(L, 4, "Tensor:narrow");
   const char *fn = "Tensor:narrow";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim == 0) attnL_error(L, fn, "cannot narrow a 0-dim tensor");
@@ -421,6 +433,7 @@ static int m_reshape(lua_State *L) {
 }
 
 static int m_transpose(lua_State *L) {
+  attnL_check_nargs(L, 3, "Tensor:transpose");
   const char *fn = "Tensor:transpose";
   attn_tensor *t = CHECK(1, fn);
   int a = attnL_checkdim(L, 2, t->ndim, fn), b = attnL_checkdim(L, 3, t->ndim, fn);
@@ -436,6 +449,7 @@ static int m_transpose(lua_State *L) {
 }
 
 static int m_t(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:t");
   attn_tensor *t = CHECK(1, "Tensor:t");
   if (t->ndim > 2) attnL_error(L, "Tensor:t", "expects a tensor with <= 2 dims, got %d (use :transpose)", t->ndim);
   attn_tensor v = *t;
@@ -477,6 +491,7 @@ static int m_permute(lua_State *L) {
 }
 
 static int m_unsqueeze(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:unsqueeze");
   const char *fn = "Tensor:unsqueeze";
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim >= ATTN_MAX_DIMS) attnL_error(L, fn, "at most %d dims are supported", ATTN_MAX_DIMS);
@@ -494,6 +509,7 @@ static int m_unsqueeze(lua_State *L) {
 }
 
 static int m_squeeze(lua_State *L) {
+  attnL_check_nargs(L, 2, "Tensor:squeeze");
   const char *fn = "Tensor:squeeze";
   attn_tensor *t = CHECK(1, fn);
   attn_tensor v = *t;
@@ -543,12 +559,14 @@ static int m_expand(lua_State *L) {
 }
 
 static int m_contiguous(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:contiguous");
   CHECK(1, "Tensor:contiguous");
   attnL_push_contiguous(L, 1, "Tensor:contiguous");
   return 1;
 }
 
 static int m_clone(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:clone");
   attn_tensor *t = CHECK(1, "Tensor:clone");
   attn_unary(ATTN_COPY, t, attnL_push_uninit(L, t->ndim, t->size, "Tensor:clone"));
   return 1;
@@ -556,19 +574,42 @@ static int m_clone(lua_State *L) {
 
 /* ---- indexing metamethods ---------------------------------------------- */
 
+/* The view t[key] names: key an integer (dim 1), or a table of integers
+ * {i, j, ...} indexing dims 1, 2, ... as PyTorch's x[i-1, j-1] ({} is t itself).
+ * Raises for any other key. */
+static attn_tensor index_view(lua_State *L, const attn_tensor *t, int key, const char *fn) {
+  if (lua_type(L, key) == LUA_TNUMBER) {
+    int64_t i = attnL_checkinteger(L, key, fn, "index");
+    if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
+    return select_view(L, t, 0, i, fn);
+  }
+  if (lua_type(L, key) != LUA_TTABLE || attnL_test(L, key))
+    attnL_error(L, fn, "expected an integer or a table of integers {i, j, ...} as the index, got %s",
+                attnL_test(L, key) ? "attn.Tensor (indexing by a mask or a tensor is not supported; see masked_fill)"
+                                   : luaL_typename(L, key));
+  lua_Integer n = (lua_Integer)lua_rawlen(L, key);
+  if (n > t->ndim)
+    attnL_error(L, fn, "too many indices for a tensor of %d dims: got %I", t->ndim, n);
+  int64_t index[ATTN_MAX_DIMS];
+  for (lua_Integer k = 1; k <= n; k++) {
+    lua_rawgeti(L, key, k);
+    int exact = 0;
+    lua_Integer i = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &exact) : 0;
+    if (!exact)
+      attnL_error(L, fn, "index %I of the table must be an integer, got %s", k,
+                  lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    lua_pop(L, 1);
+    index[k - 1] = (int64_t)i;
+  }
+  attn_tensor v = *t;
+  for (int d = (int)n - 1; d >= 0; d--) v = select_view(L, &v, d, index[d], fn); /* the last first: dims keep their numbers */
+  return v;
+}
+
 /* Metamethods check self as every method does: anyone can call
  * getmetatable(t).__index(anything, key) directly. */
 static int mt_index(lua_State *L) {
   attn_tensor *t = attnL_check(L, 1, "attn.Tensor index", "self");
-  if (lua_type(L, 2) == LUA_TNUMBER) {
-    const char *fn = "attn.Tensor index";
-    int64_t i = attnL_checkinteger(L, 2, fn, "index");
-    if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
-    attn_tensor v = select_view(L, t, 0, i, fn);
-    if (v.ndim == 0) lua_pushnumber(L, (lua_Number)v.data[0]);
-    else attnL_push_view(L, 1, &v);
-    return 1;
-  }
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *key = lua_tostring(L, 2);
     if (strcmp(key, "shape") == 0) {
@@ -579,26 +620,26 @@ static int mt_index(lua_State *L) {
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
     return 1;
   }
-  lua_pushnil(L);
+  attn_tensor v = index_view(L, t, 2, "attn.Tensor index");
+  if (v.ndim == 0) lua_pushnumber(L, (lua_Number)v.data[0]);
+  else attnL_push_view(L, 1, &v);
   return 1;
 }
 
 static int mt_newindex(lua_State *L) {
   const char *fn = "attn.Tensor index assignment";
   attn_tensor *t = attnL_check(L, 1, fn, "self");
-  if (lua_type(L, 2) != LUA_TNUMBER)
-    attnL_error(L, fn, "only integer indices can be assigned, got %s", luaL_typename(L, 2));
-  int64_t i = attnL_checkinteger(L, 2, fn, "index");
-  if (t->ndim == 0) attnL_error(L, fn, "a 0-dim tensor cannot be indexed");
-  attn_tensor v = select_view(L, t, 0, i, fn);
+  if (lua_type(L, 2) != LUA_TNUMBER && (lua_type(L, 2) != LUA_TTABLE || attnL_test(L, 2)))
+    attnL_error(L, fn, "only integer indices or tables of them {i, j, ...} can be assigned, got %s",
+                luaL_typename(L, 2));
+  attn_tensor v = index_view(L, t, 2, fn);
   if (lua_type(L, 3) == LUA_TNUMBER) {
     attn_fill(&v, (float)lua_tonumber(L, 3));
     return 0;
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
-  attnL_check_writable(L, &v, fn); /* as copy_: no copy into elements sharing memory */
-  if (attn_unary(ATTN_COPY, src, &v) != ATTN_OK) attnL_core_error(L, fn);
+  attnL_copy_into(L, &v, src, fn); /* as copy_ */
   return 0;
 }
 

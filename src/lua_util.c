@@ -15,11 +15,26 @@ attn_tensor *attnL_test(lua_State *L, int arg) {
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what) {
   attn_tensor *t = attnL_test(L, arg);
   if (!t) {
-    const char *got = luaL_typename(L, arg);
-    if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) got = lua_tostring(L, -1);
-    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what, got);
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what,
+                attnL_typename(L, arg, buf, sizeof buf));
   }
   return t;
+}
+
+const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len) {
+  arg = lua_absindex(L, arg);
+  const char *type = luaL_typename(L, arg);
+  if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) {
+    const char *name = lua_tostring(L, -1);
+    if (strcmp(name, ATTN_TENSOR_NAME) == 0 && !attnL_test(L, arg))
+      snprintf(buf, len, "%s (not an attn.Tensor)", type); /* a look-alike claiming the name */
+    else
+      snprintf(buf, len, "%s", name);
+    lua_pop(L, 1);
+    return buf;
+  }
+  return type;
 }
 
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
@@ -33,6 +48,25 @@ int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
   return lua_error(L);
 }
 
+static const char *describe(lua_State *L, int arg, char *buf, size_t len);
+
+void attnL_check_nargs(lua_State *L, int max, const char *fname) {
+  int n = lua_gettop(L);
+  if (n > max)
+    attnL_error(L, fname, "bad argument #%d (no more than %d argument%s expected, got %d)", max + 1, max,
+                max == 1 ? "" : "s", n);
+}
+
+int attnL_checkboolean_opt(lua_State *L, int arg, const char *fname, const char *what) {
+  if (lua_isnoneornil(L, arg)) return 0;
+  if (lua_type(L, arg) != LUA_TBOOLEAN) {
+    char buf[64];
+    attnL_error(L, fname, "bad argument #%d '%s' (expected a boolean, got %s)", arg, what,
+                describe(L, arg, buf, sizeof buf));
+  }
+  return lua_toboolean(L, arg);
+}
+
 int attnL_core_error(lua_State *L, const char *fname) {
   return attnL_error(L, fname, "%s", attn_error_message());
 }
@@ -42,12 +76,27 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len) {
 }
 
 void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname) {
-  for (int d = 0; d < t->ndim; d++)
-    if (t->stride[d] == 0 && t->size[d] > 1) {
-      char b[200];
-      attnL_error(L, fname, "self of shape %s is expanded: several of its elements share memory, so it cannot be "
-                  "written in place (clone() it first)", attnL_shape(t, b, sizeof b));
-    }
+  if (attn_has_internal_overlap(t)) {
+    char b[200];
+    attnL_error(L, fname, "unsupported operation: more than one element of the written-to tensor (shape %s, "
+                "expanded: its elements share memory) refers to a single memory location. Please clone() the "
+                "tensor before performing the operation.", attnL_shape(t, b, sizeof b));
+  }
+}
+
+void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, const char *fname) {
+  attnL_check_writable(L, dst, fname);
+  attn_overlap overlap;
+  if (attn_overlap_status(dst, src, &overlap) != ATTN_OK) attnL_core_error(L, fname);
+  if (overlap == ATTN_OVERLAP_FULL) return; /* every element onto itself */
+  if (overlap == ATTN_OVERLAP_PARTIAL) {
+    attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fname);
+    attn_unary(ATTN_COPY, src, tmp);
+    attn_unary(ATTN_COPY, tmp, dst);
+    lua_pop(L, 1);
+    return;
+  }
+  if (attn_unary(ATTN_COPY, src, dst) != ATTN_OK) attnL_core_error(L, fname);
 }
 
 const char *attnL_checkpath(lua_State *L, int arg, const char *fname, const char *what) {
@@ -171,12 +220,7 @@ static const char *describe(lua_State *L, int arg, char *buf, size_t len) {
     snprintf(buf, len, "%.14g", (double)v);
     return buf;
   }
-  if (luaL_getmetafield(L, arg, "__name") == LUA_TSTRING) {
-    snprintf(buf, len, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    return buf;
-  }
-  return luaL_typename(L, arg);
+  return attnL_typename(L, arg, buf, len);
 }
 
 int64_t attnL_checkinteger(lua_State *L, int arg, const char *fname, const char *what) {

@@ -41,6 +41,10 @@ attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_
 /* out 0-dim = reduce(a) over every element */
 attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, int64_t *index);
 
+/* 1 when a and b (the same shape) are equal everywhere (NaN never equal), else 0;
+ * no temporary, stops at the first difference. */
+int attn_equal(const attn_tensor *a, const attn_tensor *b);
+
 /* out = softmax(a) (or log_softmax) along dim d; out has a's shape, may alias a.
  * Max-subtracted; a row of -inf only gives NaN as in PyTorch. */
 attn_status attn_softmax(const attn_tensor *a, int d, attn_tensor *out, int log);

@@ -9,6 +9,7 @@
 typedef struct line_ctx {
   int op;            /* attn_reduceop, or log flag for softmax */
   int has_indices;   /* max/min: operand 2 receives the argmax/argmin */
+  int constant;      /* the reduced dim is expanded (stride 0): every line holds one value */
   int64_t len;
   int64_t in_stride, out_stride;
 } line_ctx;
@@ -26,7 +27,11 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
   for (int64_t i = 0; i < n; i++) {
     const float *x = p[1] + i * s[1];
     float *o = p[0] + i * s[0];
-    if (c->op == ATTN_SUM || c->op == ATTN_MEAN) {
+    if (c->constant) { /* in O(1): the double sum of len copies of x is x * len, exactly below 2^29 copies */
+      double x0 = (double)x[0];
+      *o = c->op == ATTN_SUM ? (float)(x0 * (double)c->len) : x[0];
+      if (c->has_indices) p[2][i * s[2]] = 0.0f;
+    } else if (c->op == ATTN_SUM || c->op == ATTN_MEAN) {
       double acc = 0.0;
       for (int64_t j = 0; j < c->len; j++) acc += (double)x[j * c->in_stride];
       if (c->op == ATTN_MEAN) acc /= (double)c->len;
@@ -57,22 +62,40 @@ attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_
   int64_t len = a->size[d];
   if (len == 0 && (op == ATTN_MAX || op == ATTN_MIN))
     return attn_fail(ATTN_EARG, "cannot take %s of an empty dim", op == ATTN_MAX ? "max" : "min");
-  attn_tensor starts = line_starts(a, d);
-  line_ctx c = {(int)op, indices != NULL, len, a->stride[d], 0};
   if (len == 0) return attn_fill(out, op == ATTN_MEAN ? NAN : 0.0f);
-  const attn_tensor *ops[3] = {out, &starts, indices};
+  /* Expanded dims other than d give the same line at every position: reduce
+   * at position 0 only, then copy the results along them (the same bits, and
+   * O(real elements) rather than O(numel) for a huge expanded view). */
+  attn_tensor src = *a, dst = *out, dst_idx = indices ? *indices : *out;
+  int spread[ATTN_MAX_DIMS], nspread = 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (k != d && a->stride[k] == 0 && a->size[k] > 1) {
+      spread[nspread++] = k;
+      src.size[k] = dst.size[k] = dst_idx.size[k] = 1;
+    }
+  attn_tensor starts = line_starts(&src, d);
+  line_ctx c = {(int)op, indices != NULL, a->stride[d] == 0 && len > 1, len, a->stride[d], 0};
+  const attn_tensor *ops[3] = {&dst, &starts, indices ? &dst_idx : NULL};
   attn_foreach(indices ? 3 : 2, ops, reduce_row, &c);
+  for (int i = 0; i < nspread; i++) { /* position 0 of dim k into positions 1.. */
+    int k = spread[i];
+    for (int which = 0; which < (indices ? 2 : 1); which++) {
+      attn_tensor *t = which ? &dst_idx : &dst;
+      attn_tensor from = *t, to = *t;
+      t->size[k] = a->size[k];
+      from.size[k] = to.size[k] = a->size[k] - 1;
+      from.stride[k] = 0;
+      to.data += to.stride[k];
+      attn_status st = attn_unary(ATTN_COPY, &from, &to);
+      if (st != ATTN_OK) return st;
+    }
+  }
   return ATTN_OK;
 }
 
-attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, int64_t *index) {
-  int64_t n = attn_numel(a);
-  if (n == 0) {
-    if (op == ATTN_MAX || op == ATTN_MIN)
-      return attn_fail(ATTN_EARG, "cannot take %s of an empty tensor", op == ATTN_MAX ? "max" : "min");
-    *out = op == ATTN_MEAN ? NAN : 0.0f;
-    return ATTN_OK;
-  }
+/* The serial walk of every element of a (n > 0) in row-major order. */
+static void reduce_walk(attn_reduceop op, const attn_tensor *a, int64_t n, double *acc_out, float *best_out,
+                        int64_t *at_out) {
   int64_t idx[ATTN_MAX_DIMS] = {0};
   double acc = 0.0;
   float best = 0.0f;
@@ -90,11 +113,75 @@ attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, 
       idx[d] = 0;
     }
   }
-  if (op == ATTN_SUM) *out = (float)acc;
-  else if (op == ATTN_MEAN) *out = (float)(acc / (double)n);
+  *acc_out = acc;
+  *best_out = best;
+  *at_out = at;
+}
+
+/* From this many elements on, a full reduction of an expanded view walks its
+ * distinct elements once: sum = (sum of them) x copies, which may differ from
+ * the element-by-element sum in the last bits. Smaller tensors keep the walk. */
+#define ATTN_REDUCE_SHORTCUT_MIN ((int64_t)1 << 24)
+
+attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, int64_t *index) {
+  int64_t n = attn_numel(a);
+  if (n == 0) {
+    if (op == ATTN_MAX || op == ATTN_MIN)
+      return attn_fail(ATTN_EARG, "cannot take %s of an empty tensor", op == ATTN_MAX ? "max" : "min");
+    *out = op == ATTN_MEAN ? NAN : 0.0f;
+    return ATTN_OK;
+  }
+  attn_tensor distinct = *a;
+  if (n >= ATTN_REDUCE_SHORTCUT_MIN)
+    for (int d = 0; d < a->ndim; d++)
+      if (a->stride[d] == 0) distinct.size[d] = 1;
+  int64_t m = attn_numel(&distinct);
+  double acc;
+  float best;
+  int64_t at;
+  reduce_walk(op, &distinct, m, &acc, &best, &at);
+  /* the first extreme of the full walk is the first of the distinct walk, at
+   * position 0 of every expanded dim: its flat index in a's shape */
+  int64_t full_at = 0, rem = at, scale = 1;
+  for (int d = a->ndim - 1; d >= 0; d--) {
+    full_at += rem % distinct.size[d] * scale;
+    rem /= distinct.size[d];
+    scale *= a->size[d];
+  }
+  double copies = (double)n / (double)m;
+  if (op == ATTN_SUM) *out = (float)(acc * copies);
+  else if (op == ATTN_MEAN) *out = (float)(acc / (double)m);
   else *out = best;
-  if (index) *index = at;
+  if (index) *index = full_at;
   return ATTN_OK;
+}
+
+/* a == b elementwise (same shapes), NaN unequal; dims expanded in both are
+ * compared once, and the walk stops at the first difference. */
+int attn_equal(const attn_tensor *a, const attn_tensor *b) {
+  int64_t size[ATTN_MAX_DIMS], sa[ATTN_MAX_DIMS], sb[ATTN_MAX_DIMS], idx[ATTN_MAX_DIMS] = {0};
+  int n = 0;
+  if (attn_numel(a) == 0) return 1;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->size[d] > 1 && (a->stride[d] != 0 || b->stride[d] != 0)) {
+      size[n] = a->size[d];
+      sa[n] = a->stride[d];
+      sb[n++] = b->stride[d];
+    }
+  const float *pa = a->data, *pb = b->data;
+  for (;;) {
+    if (!(*pa == *pb)) return 0;
+    int d = n - 1;
+    for (; d >= 0; d--) {
+      pa += sa[d];
+      pb += sb[d];
+      if (++idx[d] < size[d]) break;
+      pa -= sa[d] * size[d];
+      pb -= sb[d] * size[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return 1;
+  }
 }
 
 static void softmax_row(int64_t n, float *const *p, const int64_t *s, const void *vctx) {
@@ -137,7 +224,7 @@ attn_status attn_softmax(const attn_tensor *a, int d, attn_tensor *out, int log)
   if (d < 0 || d >= a->ndim) return attn_fail(ATTN_EARG, "dim out of range");
   if (a->size[d] == 0) return ATTN_OK;
   attn_tensor in_starts = line_starts(a, d), out_starts = line_starts(out, d);
-  line_ctx c = {log, 0, a->size[d], a->stride[d], out->stride[d]};
+  line_ctx c = {log, 0, 0, a->size[d], a->stride[d], out->stride[d]};
   const attn_tensor *ops[2] = {&out_starts, &in_starts};
   attn_foreach(2, ops, softmax_row, &c);
   return ATTN_OK;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char error_message[512];
@@ -194,4 +195,117 @@ float *attn_at(const attn_tensor *t, const int64_t *index) {
   float *p = t->data;
   for (int d = 0; d < t->ndim; d++) p += index[d] * t->stride[d];
   return p;
+}
+
+int attn_has_internal_overlap(const attn_tensor *t) {
+  int64_t size[ATTN_MAX_DIMS], stride[ATTN_MAX_DIMS];
+  int n = 0;
+  if (attn_numel(t) <= 1) return 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->size[d] == 1) continue;
+    int64_t s = t->stride[d] < 0 ? -t->stride[d] : t->stride[d];
+    if (s == 0) return 1;
+    int k = n++; /* insertion by increasing stride */
+    while (k > 0 && stride[k - 1] > s) {
+      size[k] = size[k - 1];
+      stride[k] = stride[k - 1];
+      k--;
+    }
+    size[k] = t->size[d];
+    stride[k] = s;
+  }
+  /* each stride must step past everything the smaller ones reach */
+  int64_t reach = 0;
+  for (int k = 0; k < n; k++) {
+    if (stride[k] <= reach) return 1;
+    reach += stride[k] * (size[k] - 1);
+  }
+  return 0;
+}
+
+/* Lowest and highest element address of a non-empty t. */
+static void address_range(const attn_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+  int64_t min_off = 0, max_off = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t reach = t->stride[d] * (t->size[d] - 1);
+    if (reach < 0) min_off += reach;
+    else max_off += reach;
+  }
+  *lo = (uintptr_t)(t->data + min_off);
+  *hi = (uintptr_t)(t->data + max_off);
+}
+
+/* Calls visit(addr) for every distinct element address of t (stride-0 and
+ * size-1 dims walked once) until it returns nonzero; returns that value. */
+static int each_address(const attn_tensor *t, int (*visit)(uintptr_t addr, void *ctx), void *ctx) {
+  int64_t size[ATTN_MAX_DIMS], stride[ATTN_MAX_DIMS], idx[ATTN_MAX_DIMS] = {0};
+  int n = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->size[d] > 1 && t->stride[d] != 0) {
+      size[n] = t->size[d];
+      stride[n++] = t->stride[d];
+    }
+  const float *p = t->data;
+  for (;;) {
+    int r = visit((uintptr_t)p, ctx);
+    if (r) return r;
+    int d = n - 1;
+    for (; d >= 0; d--) {
+      p += stride[d];
+      if (++idx[d] < size[d]) break;
+      p -= stride[d] * size[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return 0;
+  }
+}
+
+typedef struct bitmap_ctx {
+  uintptr_t lo, hi;
+  unsigned char *bits;
+} bitmap_ctx;
+
+static int mark_address(uintptr_t addr, void *vctx) {
+  bitmap_ctx *c = vctx;
+  if (addr >= c->lo && addr <= c->hi) {
+    size_t i = (addr - c->lo) / sizeof(float);
+    c->bits[i / 8] |= (unsigned char)(1u << (i % 8));
+  }
+  return 0;
+}
+
+static int marked_address(uintptr_t addr, void *vctx) {
+  const bitmap_ctx *c = vctx;
+  if (addr < c->lo || addr > c->hi) return 0;
+  size_t i = (addr - c->lo) / sizeof(float);
+  return (c->bits[i / 8] >> (i % 8)) & 1;
+}
+
+attn_status attn_overlap_status(const attn_tensor *out, const attn_tensor *in, attn_overlap *result) {
+  attn_tensor e;
+  attn_status st = attn_expand(in, out->ndim, out->size, &e);
+  if (st != ATTN_OK) return st;
+  *result = ATTN_OVERLAP_NONE;
+  if (attn_numel(out) == 0) return ATTN_OK;
+  uintptr_t out_lo, out_hi, in_lo, in_hi;
+  address_range(out, &out_lo, &out_hi);
+  address_range(&e, &in_lo, &in_hi);
+  if (in_hi < out_lo || out_hi < in_lo) return ATTN_OK;
+  int same = e.data == out->data;
+  for (int d = 0; d < out->ndim && same; d++) same = out->size[d] == 1 || e.stride[d] == out->stride[d];
+  if (same) {
+    *result = ATTN_OVERLAP_FULL;
+    return ATTN_OK;
+  }
+  /* the ranges meet: compare the element sets over the common range */
+  bitmap_ctx c = {in_lo > out_lo ? in_lo : out_lo, in_hi < out_hi ? in_hi : out_hi, NULL};
+  size_t floats = (c.hi - c.lo) / sizeof(float) + 1;
+  c.bits = calloc(floats / 8 + 1, 1);
+  if (!c.bits)
+    return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes to compare the memory of two overlapping views",
+                     floats / 8 + 1);
+  each_address(out, mark_address, &c);
+  if (each_address(&e, marked_address, &c)) *result = ATTN_OVERLAP_PARTIAL;
+  free(c.bits);
+  return ATTN_OK;
 }

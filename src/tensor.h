@@ -60,6 +60,20 @@ attn_status attn_expand(const attn_tensor *t, int ndim, const int64_t *size, att
  * copying (torch's computeStride). Returns 1 and fills stride, or 0. */
 int attn_view_strides(const attn_tensor *t, int ndim, const int64_t *size, int64_t *stride);
 
+/* Whether several elements of t refer to one memory location: an expanded
+ * (stride-0) dim of size > 1, or strides that interleave (refused
+ * conservatively: no view attn makes has them without overlapping). */
+int attn_has_internal_overlap(const attn_tensor *t);
+
+/* How the elements of `in` (broadcast to out's shape) meet those of `out`:
+ * none in common, exactly the same element at every position (a:add_(a)),
+ * or some shared otherwise (an in-place kernel would read what it wrote). */
+typedef enum attn_overlap { ATTN_OVERLAP_NONE, ATTN_OVERLAP_FULL, ATTN_OVERLAP_PARTIAL } attn_overlap;
+/* Exact: address ranges first, then the element sets where the ranges meet
+ * (scratch of one bit per float of the common range, freed before return).
+ * ATTN_ESHAPE when in does not broadcast to out, ATTN_ENOMEM without scratch. */
+attn_status attn_overlap_status(const attn_tensor *out, const attn_tensor *in, attn_overlap *result);
+
 /* Element pointer at a multi-index (0-based). */
 float *attn_at(const attn_tensor *t, const int64_t *index);
 

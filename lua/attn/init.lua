@@ -23,8 +23,19 @@ end
 local function type_name(x)
   if getmetatable(x) == mt then return "attn.Tensor" end
   local m = getmetatable(x)
-  if type(m) == "table" and type(rawget(m, "__name")) == "string" then return rawget(m, "__name") end
+  if type(m) == "table" and type(rawget(m, "__name")) == "string" then
+    if rawget(m, "__name") == "attn.Tensor" then return type(x) .. " (not an attn.Tensor)" end -- a look-alike
+    return rawget(m, "__name")
+  end
   return type(x)
+end
+
+-- Extra arguments are a mistake, never silently ignored (as attnL_check_nargs).
+local function check_nargs(fname, max, n)
+  if n > max then
+    error(("%s: bad argument #%d (no more than %d argument%s expected, got %d)"):format(fname, max + 1, max,
+      max == 1 and "" or "s", n), 3)
+  end
 end
 
 local function check_tensor(x, fname, argn, what)
@@ -34,12 +45,16 @@ local function check_tensor(x, fname, argn, what)
 end
 
 --- A zero tensor of `t`'s shape.
-function attn.zeros_like(t)
+function attn.zeros_like(...)
+  local t = ...
+  check_nargs("attn.zeros_like", 1, select("#", ...))
   check_tensor(t, "attn.zeros_like", 1, "t")
   return attn.zeros(t:size())
 end
 --- A tensor of ones of `t`'s shape.
-function attn.ones_like(t)
+function attn.ones_like(...)
+  local t = ...
+  check_nargs("attn.ones_like", 1, select("#", ...))
   check_tensor(t, "attn.ones_like", 1, "t")
   return attn.ones(t:size())
 end
@@ -49,16 +64,17 @@ end
 -- @param b tensor
 -- @param[opt=1e-5] rtol
 -- @param[opt=1e-8] atol
-function attn.allclose(a, b, rtol, atol)
+function attn.allclose(...)
+  local a, b, rtol, atol = ...
+  check_nargs("attn.allclose", 4, select("#", ...))
   if not attn.is_tensor(a) then error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")", 2) end
   if not attn.is_tensor(b) then error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")", 2) end
   rtol, atol = rtol or 1e-5, atol or 1e-8
   if type(rtol) ~= "number" then error("attn.allclose: bad argument #3 'rtol' (expected a number, got " .. type(rtol) .. ")", 2) end
   if type(atol) ~= "number" then error("attn.allclose: bad argument #4 'atol' (expected a number, got " .. type(atol) .. ")", 2) end
   local okd, diff = pcall(attn.sub, a, b)
-  if not okd then
-    error("attn.allclose: shapes [" .. table.concat(a:size(), ", ") .. "] and [" .. table.concat(b:size(), ", ")
-      .. "] cannot be broadcast", 2)
+  if not okd then -- the real cause (shapes that do not broadcast, out of memory), under allclose's name
+    error("attn.allclose: " .. tostring(diff):gsub("^.-attn%.sub: ", ""), 2)
   end
   -- as torch.isclose: equal values (infinities included) are close, else a
   -- finite |a - b| within atol + rtol * |b|

@@ -29,7 +29,9 @@
 -- @function Tensor:totable
 
 --- A view with dim d removed, at index i (1-based, negative from the end). `t[i]` is
--- `t:select(1, i)`.
+-- `t:select(1, i)`; `t[{i, j}]` selects dims 1 and 2 (PyTorch's `t[i-1, j-1]`), a number when
+-- every dim is indexed; both also assign (`t[{i, j}] = 5`). Other keys than integers, tables of
+-- them and method names are errors.
 -- @param d a dim
 -- @param i an index
 -- @function Tensor:select

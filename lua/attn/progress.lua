@@ -53,14 +53,15 @@ function M.format_line(label, count, total, elapsed)
   return table.concat(parts, " ")
 end
 
+-- Counts are integers in [0, 2^53]: beyond, floats lose whole steps and
+-- math.tointeger gives nil (inf, 1e308).
+local MAX_COUNT = 2 ^ 53
+
 local function check_count(v, fn, argn, what)
-  if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v) and v == v) then
-    error(string.format("%s: bad argument #%d '%s' (expected a non-negative integer, got %s)", fn, argn, what,
-      type(v) == "number" and tostring(v) or type(v)), 3)
-  end
-  if v < 0 then
-    error(string.format("%s: bad argument #%d '%s' (expected a non-negative integer, got %s)", fn, argn, what,
-      tostring(v)), 3)
+  if type(v) ~= "number" or math.tointeger(v) == nil or v < 0 or v > MAX_COUNT then
+    local too_big = type(v) == "number" and v > MAX_COUNT
+    error(string.format("%s: bad argument #%d '%s' (expected a non-negative integer%s, got %s)", fn, argn, what,
+      too_big and " up to 2^53" or "", type(v) == "number" and tostring(v) or type(v)), 3)
   end
 end
 
@@ -107,7 +108,7 @@ end
 function Progress:step(n)
   if n == nil then n = 1 end
   check_count(n, "Progress:step", 1, "n")
-  self.count = math.min(self.total, self.count + math.tointeger(n))
+  self.count = math.min(self.total, self.count + math.tointeger(n)) -- both <= 2^53: no overflow
   if self.tty and (self.drawn_at == nil or self.clock() - self.drawn_at >= self.interval) then self:draw() end
   return self
 end

@@ -59,6 +59,20 @@ local function check_tensor(fname, w, ranks, hint)
   fail(fname, "bad argument #1 'weights' (expected %s, got shape %s)", hint, shape_str(w))
 end
 
+-- The most a drawing takes: 512 rows or columns per matrix, 2^20 cells in
+-- all (an SVG cell is about 200 bytes: a 3000 x 3000 expanded view would
+-- write 2 GB). Larger inputs are refused with a hint to narrow them first.
+viz.MAX_SIDE, viz.MAX_CELLS = 512, 1048576
+
+local function check_cells(fname, w, panels, nq, nk)
+  if nq > viz.MAX_SIDE or nk > viz.MAX_SIDE or panels * nq * nk > viz.MAX_CELLS then
+    fail(fname, "a weight tensor of shape %s is too large to draw (at most %d rows and %d columns per matrix and "
+      .. "%d cells in all, got %d x %d%s); narrow it first with w:narrow(dim, start, length)", shape_str(w),
+      viz.MAX_SIDE, viz.MAX_SIDE, viz.MAX_CELLS, nq, nk,
+      panels > 1 and string.format(" in %d panels", panels) or "")
+  end
+end
+
 -- labels: nil -> "1".."n"; a list of n strings/numbers otherwise
 local function labels(fname, list, n, which)
   if list == nil then
@@ -244,11 +258,14 @@ end
 -- e.g. the query tokens), `cols` (Lk labels), `title`, `vmin`/`vmax` (colour
 -- range; default min(0, smallest) .. largest value), `cell` (pixels, default 32)
 -- @return the SVG text, or the path when `file` is given
+-- @raise an error for more than `attn.viz.MAX_SIDE` (512) rows or columns:
+-- narrow the matrix first (the SVG would run to gigabytes)
 function viz.heatmap(w, opts)
   local fname = "attn.viz.heatmap"
   check_tensor(fname, w, { 2 }, "a 2-D [Lq, Lk] weight matrix; use attn.viz.heads for [heads, Lq, Lk]")
   opts = check_opts(fname, opts, 2)
   local nq, nk = w:size(1), w:size(2)
+  check_cells(fname, w, 1, nq, nk)
   local rows, cols = labels(fname, opts.rows, nq, "rows"), labels(fname, opts.cols, nk, "cols")
   local m = w:totable()
   local lo, hi = value_range({ m }, opts)
@@ -271,12 +288,16 @@ end
 -- @param w tensor
 -- @param[opt] opts as for `heatmap`, with `cell` defaulting to 20
 -- @return the SVG text, or the path when `file` is given
+-- @raise an error beyond 512 rows or columns per panel or `attn.viz.MAX_CELLS`
+-- (2^20) cells in all: narrow the heads or the sequence first
 function viz.heads(w, opts)
   local fname = "attn.viz.heads"
   check_tensor(fname, w, { 3, 4 }, "[heads, Lq, Lk] or [b, heads, Lq, Lk]")
   opts = check_opts(fname, opts, 2)
+  local shown = w
   if w:dim() == 3 then w = w:unsqueeze(1) end
   local nb, nh, nq, nk = w:size(1), w:size(2), w:size(3), w:size(4)
+  check_cells(fname, shown, nb * nh, nq, nk)
   local rows, cols = labels(fname, opts.rows, nq, "rows"), labels(fname, opts.cols, nk, "cols")
   local all = w:totable()
   local mats = {}
@@ -330,11 +351,13 @@ local SHADES = { " ", "\226\150\145", "\226\150\146", "\226\150\147", "\226\150\
 -- @param[opt] opts table: `rows`, `cols` (labels), `title`, `vmin`, `vmax`,
 -- `color` (true/false: force colour on or off), `print` (false: only return the text)
 -- @return the text, when `print = false` (else it prints and returns nothing)
+-- @raise an error beyond 512 rows or columns, as `heatmap`
 function viz.show(w, opts)
   local fname = "attn.viz.show"
   check_tensor(fname, w, { 2 }, "a 2-D [Lq, Lk] weight matrix")
   opts = check_opts(fname, opts, 2)
   local nq, nk = w:size(1), w:size(2)
+  check_cells(fname, w, 1, nq, nk)
   local rows, cols = labels(fname, opts.rows, nq, "rows"), labels(fname, opts.cols, nk, "cols")
   local color = opts.color
   if color == nil then color = stdout_is_terminal() end
