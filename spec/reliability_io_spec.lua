@@ -161,7 +161,7 @@ describe("issue 11 item 2: metamethods and methods with a wrong self", function(
     expect_error(function() mt.__len({}) end, "attn.Tensor length: bad argument #1 'self' (expected attn.Tensor, got table)")
     expect_error(function() mt.__index(1, "shape") end, "attn.Tensor index: bad argument #1 'self' (expected attn.Tensor, got number)")
     expect_error(function() mt.__newindex(setmetatable({}, { __name = "attn.Tensor" }), 1, 2) end,
-      "attn.Tensor index assignment: bad argument #1 'self' (expected attn.Tensor, got attn.Tensor)")
+      "attn.Tensor index assignment: bad argument #1 'self' (expected attn.Tensor, got table (not an attn.Tensor))")
     expect_error(function() mt.__add(1, 2) end, "attn.add: expected at least one attn.Tensor operand, got number and number")
     expect_error(function() attn.Tensor.float({}) end, "Tensor:float: bad argument #1 'self' (expected attn.Tensor, got table)")
     -- the ordinary uses keep working
