@@ -1,9 +1,10 @@
 -- The fuzzer (scripts/fuzz.lua) in-process: random careless call sequences
 -- for a few seeds must each end without a fuzz failure (every error a
 -- non-empty message naming its function), and the message check itself must
--- reject what it is there to catch. The call kinds of issue #11: calls inside
--- coroutines and children under hostile environments run by default; the
--- others (spec below) are switched on once the fixes they check are merged.
+-- reject what it is there to catch. Every call kind of issue #11 runs by
+-- default (coroutines, long lists, finalizers, wrong selves, overlapping
+-- in-place views; FIFOs, swapped files, failed saves and hostile
+-- environments in child processes).
 local fuzz = require "fuzz"
 
 describe("scripts/fuzz.lua", function()
@@ -54,11 +55,14 @@ describe("scripts/fuzz.lua", function()
     assert.are.same({ env = 4 }, s.by_kind)
   end)
 
-  it("the default run mixes careless calls, coroutines and (every 150th call) a hostile-environment child", function()
-    local s = fuzz.run { iterations = 300, seed = 5 }
+  it("the default run mixes every kind: in-process kinds each call, child kinds in turn every 150th", function()
+    local s = fuzz.run { iterations = 600, seed = 5 }
     assert.is_nil(s.failure, s.failure)
-    assert.are.equal(2, s.by_kind.env)
-    assert.is_true(s.by_kind.calls > 100 and s.by_kind.coroutine > 20)
+    -- 600 / 150 = 4 child runs, one of each child kind in turn
+    for _, k in ipairs { "fifo", "swap", "failsave", "env" } do assert.are.equal(1, s.by_kind[k], k) end
+    for _, k in ipairs { "calls", "coroutine", "longlist", "finalizer", "wrongself", "overlap" } do
+      assert.is_true((s.by_kind[k] or 0) > 5, k)
+    end
   end)
 
   it("kinds: a list, a comma-separated string or all; an unknown kind is refused by name", function()

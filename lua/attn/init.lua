@@ -119,7 +119,10 @@ attn.set_printoptions = format.set_printoptions
 --- A copy of the current print options (the fields `set_printoptions` takes).
 -- @return table
 attn.get_printoptions = format.get_printoptions
-mt.__tostring = function(t) return format.format(t) end
+mt.__tostring = function(t)
+  check_tensor(t, "attn.Tensor tostring", 1, "self")
+  return format.format(t)
+end
 
 -- The nn files `require "attn"`: publish the table first so that require finds it.
 package.loaded["attn"] = attn
