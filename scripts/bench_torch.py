@@ -149,6 +149,7 @@ def main():
     import torch  # after the arguments, so that --help and usage errors need no torch
     import torch.nn as nn
     import torch.nn.functional as F
+    sys.dont_write_bytecode = True  # no scripts/__pycache__ from the next import
     from export_torch import MultiHeadAttention  # notebook 002's class, scaled by the head width
 
     # the same default as bench.lua and bench_ggml.sh (torch's own counts physical cores only)
