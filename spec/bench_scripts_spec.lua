@@ -1,0 +1,121 @@
+-- The peers' bench scripts (scripts/bench_ggml.sh, scripts/bench_torch.py):
+-- only their argument handling, which needs neither ggml, cmake nor torch.
+-- Each bad call must end quickly with exit status 2 and a message naming what
+-- was wrong, before anything is built or imported.
+local attn = require "attn"
+
+-- exit code and combined output of a shell command, and the seconds it took;
+-- without make asan's sanitizer preload, which would report the leaks of the
+-- shells and Python that run the scripts, not attn's
+local function run(cmd)
+  local t0 = attn.clock()
+  local p = assert(io.popen("env -u LD_PRELOAD " .. cmd .. " 2>&1"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return code, out, attn.clock() - t0
+end
+
+local function make_dir()
+  local p = assert(io.popen("mktemp -d"))
+  local dir = p:read("l")
+  p:close()
+  return dir
+end
+
+describe("scripts/bench_ggml.sh argument handling", function()
+  local dirs = {}
+  local function temp_dir()
+    dirs[#dirs + 1] = make_dir()
+    return dirs[#dirs]
+  end
+  teardown(function()
+    for _, dir in ipairs(dirs) do os.execute("rm -rf '" .. dir .. "'") end
+  end)
+
+  -- a directory that passes the checkout test (a ggml.h with the function the
+  -- script needs), so that the options after it are what gets checked
+  local function fake_checkout()
+    local dir = temp_dir()
+    assert(os.execute("mkdir -p '" .. dir .. "/include' '" .. dir .. "/src/ggml-cpu'"))
+    local h = assert(io.open(dir .. "/include/ggml.h", "w"))
+    h:write("void ggml_flash_attn_ext_set_prec(void);\n")
+    h:close()
+    assert(io.open(dir .. "/CMakeLists.txt", "w")):close()
+    return dir
+  end
+
+  local function expect_usage(cmd, message)
+    local code, out, seconds = run(cmd)
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("usage: scripts/bench_ggml.sh", 1, true), out)
+    assert.truthy(out:find(message, 1, true), "expected '" .. message .. "' in:\n" .. out)
+    assert.is_true(seconds < 5, ("took %.1f s"):format(seconds))
+  end
+
+  it("without arguments: usage, GGML_DIR missing, exit 2", function()
+    expect_usage("scripts/bench_ggml.sh", "GGML_DIR is missing")
+  end)
+
+  it("a path that is no directory", function()
+    expect_usage("scripts/bench_ggml.sh /nonexistent/ggml", "GGML_DIR '/nonexistent/ggml' is not a directory")
+  end)
+
+  it("a directory that is not a ggml checkout (this repository, an empty one)", function()
+    expect_usage("scripts/bench_ggml.sh .", "'.' is not a ggml source checkout")
+    local empty = temp_dir()
+    expect_usage("scripts/bench_ggml.sh " .. empty, "'" .. empty .. "' is not a ggml source checkout")
+  end)
+
+  it("a ggml without ggml_flash_attn_ext_set_prec is too old", function()
+    local dir = fake_checkout()
+    local h = assert(io.open(dir .. "/include/ggml.h", "w"))
+    h:write("void ggml_flash_attn_ext(void);\n")
+    h:close()
+    expect_usage("scripts/bench_ggml.sh " .. dir, "has no ggml_flash_attn_ext_set_prec (too old)")
+  end)
+
+  it("bad options, unknown cases and two directories", function()
+    local dir = fake_checkout()
+    expect_usage("scripts/bench_ggml.sh --cases A,D " .. dir, "unknown case 'D'")
+    expect_usage("scripts/bench_ggml.sh --cases mha " .. dir, "unknown case 'mha'")
+    expect_usage("scripts/bench_ggml.sh --reps 0 " .. dir, "--reps expects a positive integer, got '0'")
+    expect_usage("scripts/bench_ggml.sh --threads two " .. dir, "--threads expects a positive integer, got 'two'")
+    expect_usage("scripts/bench_ggml.sh " .. dir .. " --reps", "--reps needs a value")
+    expect_usage("scripts/bench_ggml.sh --fast " .. dir, "unknown option '--fast'")
+    expect_usage("scripts/bench_ggml.sh " .. dir .. " /tmp", "one GGML_DIR expected, got '" .. dir .. "' and '/tmp'")
+  end)
+end)
+
+describe("scripts/bench_torch.py argument handling", function()
+  -- the python3 the README names, else any on PATH
+  local python = (os.execute("test -x /usr/bin/python3") and "/usr/bin/python3")
+    or (os.execute("command -v python3 >/dev/null 2>&1") and "python3")
+  local test = python and it or pending
+
+  test("--help needs no torch and documents the warm-up and the page-fault flag", function()
+    local code, out = run(python .. " scripts/bench_torch.py --help")
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("--cases", 1, true), out)
+    assert.truthy(out:find("until its time is", 1, true), out)
+    assert.truthy(out:find("fault_dominated", 1, true), out)
+  end)
+
+  test("unknown cases and bad counts are usage errors (exit 2) before torch is imported", function()
+    -- a python path where `import torch` fails, to show that these errors come first
+    local blocker = make_dir()
+    local f = assert(io.open(blocker .. "/torch.py", "w"))
+    f:write("raise ImportError('torch must not be imported here')\n")
+    f:close()
+    local env = "PYTHONPATH='" .. blocker .. "' " .. python .. " scripts/bench_torch.py "
+    local code, out = run(env .. "--cases A,C_causal")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("unknown case(s) C_causal", 1, true), out)
+    code, out = run(env .. "--reps 0")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("--reps and --threads expect positive integers", 1, true), out)
+    code, out = run(env .. "--cases A --reps 1")
+    assert.are_not.equal(0, code, out)
+    assert.truthy(out:find("torch must not be imported here", 1, true), out)
+    os.execute("rm -rf '" .. blocker .. "'")
+  end)
+end)
