@@ -109,7 +109,7 @@ describe("issue 11 item 1: lists of any length on the Lua stack", function()
 
   it("the REPL prints an expression with 100000 values without going quadratic", function()
     local out, rc = run_child([[
-      local repl = require "attn.repl"
+      local repl = require "attn.tools.repl"
       local lines, i, got = { "table.unpack(setmetatable({}, {__index = function(_, k) return k end}), 1, 100000)" }, 0, {}
       local t0 = os.clock()
       repl.loop { read = function() i = i + 1 return lines[i] end, write = function(s) got[#got + 1] = s end, env = _G }
