@@ -113,10 +113,10 @@ test: deps
 
 demo: deps
 	@$(MAKE) -s all
-	@scripts/attn-lua scripts/demo.lua
+	@scripts/attn-lua scripts/examples/demo.lua
 	@echo
-	@echo "Notebook ports (scripts/seeds/) against the tensors the notebooks printed:"
-	@scripts/attn-lua scripts/check_seeds.lua
+	@echo "Notebook ports (scripts/examples/seeds/) against the tensors the notebooks printed:"
+	@scripts/attn-lua scripts/examples/check_seeds.lua
 
 install: $(SO) $(LUAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR)
@@ -149,7 +149,7 @@ asan: have-deps
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
-	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/?.lua" \
+	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/lib/?.lua" \
 	   --cpath="$(ASAN_BUILD)/?.so"
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
