@@ -499,3 +499,22 @@ describe("issue 11 item 16: errors in a module's forward, in the REPL", function
     assert.are.equal(obj, err)
   end)
 end)
+
+describe("load_state_dict while the state dict changes under it (found by fuzz.lua's finalizer kind)", function()
+  it("reads each entry once: what is checked is what is copied", function()
+    local m = attn.nn.Linear(3, 2)
+    local w, b = attn.full({ 2, 3 }, 0.5), attn.full({ 2 }, -1)
+    -- each read of "weight" after the first gives a string, as a finalizer
+    -- replacing the entry between the checks and the copy would
+    local reads = 0
+    local d = setmetatable({ bias = b }, { __index = function(_, k)
+      if k ~= "weight" then return nil end
+      reads = reads + 1
+      return reads == 1 and w or "replaced"
+    end })
+    m:load_state_dict(d, false)
+    assert.are.equal(1, reads)
+    assert.are.same({ { 0.5, 0.5, 0.5 }, { 0.5, 0.5, 0.5 } }, m.weight:totable())
+    assert.are.same({ -1, -1 }, m.bias:totable())
+  end)
+end)
