@@ -11,8 +11,11 @@
 #   make static   build-static/: OpenBLAS linked in (to carry to a machine without it)
 #   make asan     the spec suite under ASan + UBSan + LSan; make fuzz-core: libFuzzer
 #   make clean
-# Portable: no -m flag reaches the core. On x86-64 only src/kernels_avx2.c and
-# src/kernels_avx512.c get -mavx2 -mfma / -mavx512f -mfma, and src/cpu.c picks
+# Layers: src/core/ is the C core (no Lua; built as $(BUILD)/libattn_core.a,
+# which the C fuzzer links too), src/binding/ the Lua binding (core.so = the
+# binding + that library), lua/attn/ the Lua layer.
+# Portable: no -m flag reaches the core. On x86-64 only src/core/kernels_avx2.c and
+# src/core/kernels_avx512.c get -mavx2 -mfma / -mavx512f -mfma, and src/core/cpu.c picks
 # one kernel set at load from cpuid (ATTN_CPU=scalar|avx2|avx512 forces one);
 # elsewhere (arm64) the scalar kernels alone are built. OpenBLAS is found with
 # pkg-config (openblas.pc), else in Debian's multiarch directories.
@@ -35,7 +38,7 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.4
 
 # Per-instruction-set kernel files: built, with their flags, on x86-64 only.
 TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
-ISA_SRC := src/kernels_avx2.c src/kernels_avx512.c
+ISA_SRC := src/core/kernels_avx2.c src/core/kernels_avx512.c
 ifeq ($(filter x86_64-%,$(TARGET_MACHINE)),)
 SKIP_SRC := $(ISA_SRC)
 endif
@@ -44,15 +47,18 @@ FLAGS_kernels_avx512 = -mavx512f -mfma
 
 WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS = $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden \
-             -I$(LUA_INCDIR) -I$(BLASINC)
+CORE_CFLAGS = $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fopenmp -ffp-contract=off -fvisibility=hidden -I$(BLASINC)
+ALL_CFLAGS = $(CORE_CFLAGS) -I$(LUA_INCDIR)
 LDFLAGS ?=
 # -z nodelete: lua_close() dlclose()s the module, which would unload libgomp
 # while its idle worker threads still run its code (a segfault at exit).
 ALL_LDFLAGS = $(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
 
-SRC  := $(filter-out $(SKIP_SRC),$(wildcard src/*.c))
-OBJ  := $(SRC:src/%.c=$(BUILD)/obj/%.o)
+CORE_SRC := $(filter-out $(SKIP_SRC),$(wildcard src/core/*.c))
+CORE_OBJ := $(CORE_SRC:src/%.c=$(BUILD)/obj/%.o)
+CORE_LIB := $(BUILD)/libattn_core.a
+BIND_SRC := $(wildcard src/binding/*.c)
+BIND_OBJ := $(BIND_SRC:src/%.c=$(BUILD)/obj/%.o)
 LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
 LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
 SO   := $(BUILD)/attn/core.so
@@ -79,13 +85,23 @@ have-deps:
 	  echo "attn: cannot build: missing $(LUA_INCDIR)/lua.h or $(BLASINC)/cblas.h (Debian packages: $(PACKAGES));" \
 	    "run 'make deps' (installs them with apt-get) or set LUA_INCDIR / BLASINC / BLASDIR" >&2; exit 1; }
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | have-deps
+# the core never sees lua.h: only the binding gets the Lua include path
+$(BUILD)/obj/core/%.o: src/core/%.c $(wildcard src/core/*.h) | have-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(FLAGS_$*) -c $< -o $@
+	$(CC) $(CORE_CFLAGS) $(FLAGS_$*) -c $< -o $@
 
-$(SO): $(OBJ)
+$(BUILD)/obj/binding/%.o: src/binding/%.c $(wildcard src/core/*.h src/binding/*.h) | have-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(OBJ) -o $@ $(ALL_LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -Isrc/core -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $(CORE_OBJ)
+
+# --whole-archive: cpu.c's load-time kernel choice must come along whatever the binding calls
+$(SO): $(BIND_OBJ) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(BIND_OBJ) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive -o $@ $(ALL_LDFLAGS)
 
 $(BUILD)/%.lua: lua/%.lua
 	@mkdir -p $(dir $@)
@@ -97,10 +113,10 @@ test: deps
 
 demo: deps
 	@$(MAKE) -s all
-	@scripts/attn-lua scripts/demo.lua
+	@scripts/attn-lua scripts/examples/demo.lua
 	@echo
-	@echo "Notebook ports (scripts/seeds/) against the tensors the notebooks printed:"
-	@scripts/attn-lua scripts/check_seeds.lua
+	@echo "Notebook ports (scripts/examples/seeds/) against the tensors the notebooks printed:"
+	@scripts/attn-lua scripts/examples/check_seeds.lua
 
 install: $(SO) $(LUAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR)
@@ -133,7 +149,7 @@ asan: have-deps
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
-	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/?.lua" \
+	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/lib/?.lua" \
 	   --cpath="$(ASAN_BUILD)/?.so"
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
@@ -159,18 +175,21 @@ static: have-deps
 FUZZ_BUILD   = build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-CORE_SRC     := $(filter-out src/lua_%.c,$(SRC))
 FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined,float-cast-overflow -fno-sanitize-recover=all
 FUZZ_CFLAGS   = -O1 -g $(FUZZ_SANITIZE) -fno-omit-frame-pointer $(WARN) -std=gnu11 -fopenmp -ffp-contract=off -I$(BLASINC)
 # each core file compiled apart, so the ISA files get their own -m flags
-FUZZ_OBJ     := $(CORE_SRC:src/%.c=$(FUZZ_BUILD)/obj/%.o)
-$(FUZZ_BUILD)/obj/%.o: src/%.c $(wildcard src/*.h)
+FUZZ_OBJ     := $(CORE_SRC:src/core/%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/%.o: src/core/%.c $(wildcard src/core/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "attn: 'make fuzz-core' needs clang: sudo apt-get install clang libomp-dev" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FLAGS_$*) -c $< -o $@
-$(FUZZ_BUILD)/core_fuzz: fuzz/core_fuzz.c $(FUZZ_OBJ) $(wildcard src/*.h)
+$(FUZZ_BUILD)/libattn_core.a: $(FUZZ_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $(FUZZ_OBJ)
+$(FUZZ_BUILD)/core_fuzz: fuzz/core_fuzz.c $(FUZZ_BUILD)/libattn_core.a $(wildcard src/core/*.h)
 	@mkdir -p $(FUZZ_BUILD)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/core_fuzz.c $(FUZZ_OBJ) -o $@ -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Isrc/core fuzz/core_fuzz.c -Wl,--whole-archive $(FUZZ_BUILD)/libattn_core.a -Wl,--no-whole-archive \
+	  -o $@ -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
 
 fuzz-core: $(FUZZ_BUILD)/core_fuzz
 	@mkdir -p $(FUZZ_BUILD)/corpus

@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/attention.h"
-#include "../src/flash.h"
-#include "../src/npy.h"
-#include "../src/ops.h"
-#include "../src/rng.h"
-#include "../src/tensor.h"
+#include "attention.h"
+#include "flash.h"
+#include "npy.h"
+#include "ops.h"
+#include "rng.h"
+#include "tensor.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

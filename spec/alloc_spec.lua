@@ -106,8 +106,8 @@ describe("sizes the machine cannot provide (child under ulimit -v 600000)", func
 end)
 
 describe("the binding holds no malloc'ed memory across a call that can raise", function()
-  it("src/lua_*.c call no malloc/calloc/realloc (Lua-owned userdata only)", function()
-    local p = assert(io.popen("grep -l -E '\\b(malloc|calloc|realloc|aligned_alloc|strdup)\\(' src/lua_*.c"))
+  it("src/binding/lua_*.c call no malloc/calloc/realloc (Lua-owned userdata only)", function()
+    local p = assert(io.popen("grep -l -E '\\b(malloc|calloc|realloc|aligned_alloc|strdup)\\(' src/binding/lua_*.c"))
     local found = p:read("a")
     p:close()
     assert.equal("", found)

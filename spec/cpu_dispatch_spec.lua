@@ -1,4 +1,4 @@
--- Runtime CPU dispatch (src/cpu.c): attn.cpu_info's fields, ATTN_CPU forcing
+-- Runtime CPU dispatch (src/core/cpu.c): attn.cpu_info's fields, ATTN_CPU forcing
 -- each kernel set this CPU can run, every set within 2e-6 relative of the
 -- others and of a double-precision reference written here, the same bits for
 -- 1 and 2 threads within each set, and a clear error for an unknown choice.

@@ -1,6 +1,6 @@
 -- attn.help: every public name has a doc, read from the LDoc comments.
 local attn = require "attn"
-local help = require "attn.help"
+local help = require "attn.tools.help"
 
 local function quietly(fn, ...)
   local saved = _G.print
@@ -71,13 +71,13 @@ describe("every public name has a doc", function()
 end)
 
 describe("attn.help", function()
-  it("prints the doc of a C function by value and by name, from lua/attn/ldoc_core.lua", function()
+  it("prints the doc of a C function by value and by name, from lua/attn/tools/ldoc_core.lua", function()
     local text = quietly(attn.help, attn.matmul)
     assert.are.equal(text, help.text(attn.matmul))
     assert.are.equal(text, (quietly(attn.help, "matmul")))
     assert.are.equal(text, (quietly(attn.help, "attn.matmul")))
     assert.is_truthy(text:find("^attn%.matmul\nThe matrix product with torch%.matmul's rules"), text)
-    local f = assert(io.open("lua/attn/ldoc_core.lua"))
+    local f = assert(io.open("lua/attn/tools/ldoc_core.lua"))
     local src = f:read("a")
     f:close()
     assert.is_truthy(src:find("--- The matrix product with torch.matmul's rules", 1, true))

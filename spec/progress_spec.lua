@@ -2,7 +2,7 @@
 -- stderr is not a terminal; drawn on a real terminal (script(1) from
 -- Debian's essential bsdutils gives the child a pseudo-terminal).
 local attn = require "attn"
-local progress = require "attn.progress"
+local progress = require "attn.tools.progress"
 
 local function err_of(fn, ...)
   local ok, err = pcall(fn, ...)

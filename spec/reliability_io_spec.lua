@@ -109,7 +109,7 @@ describe("issue 11 item 1: lists of any length on the Lua stack", function()
 
   it("the REPL prints an expression with 100000 values without going quadratic", function()
     local out, rc = run_child([[
-      local repl = require "attn.repl"
+      local repl = require "attn.tools.repl"
       local lines, i, got = { "table.unpack(setmetatable({}, {__index = function(_, k) return k end}), 1, 100000)" }, 0, {}
       local t0 = os.clock()
       repl.loop { read = function() i = i + 1 return lines[i] end, write = function(s) got[#got + 1] = s end, env = _G }
@@ -497,5 +497,24 @@ describe("issue 11 item 16: errors in a module's forward, in the REPL", function
     function M:forward() error(obj) end
     ok, err = pcall(function() return (M()()) end)
     assert.are.equal(obj, err)
+  end)
+end)
+
+describe("load_state_dict while the state dict changes under it (found by fuzz.lua's finalizer kind)", function()
+  it("reads each entry once: what is checked is what is copied", function()
+    local m = attn.nn.Linear(3, 2)
+    local w, b = attn.full({ 2, 3 }, 0.5), attn.full({ 2 }, -1)
+    -- each read of "weight" after the first gives a string, as a finalizer
+    -- replacing the entry between the checks and the copy would
+    local reads = 0
+    local d = setmetatable({ bias = b }, { __index = function(_, k)
+      if k ~= "weight" then return nil end
+      reads = reads + 1
+      return reads == 1 and w or "replaced"
+    end })
+    m:load_state_dict(d, false)
+    assert.are.equal(1, reads)
+    assert.are.same({ { 0.5, 0.5, 0.5 }, { 0.5, 0.5, 0.5 } }, m.weight:totable())
+    assert.are.same({ -1, -1 }, m.bias:totable())
   end)
 end)

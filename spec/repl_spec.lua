@@ -2,7 +2,7 @@
 -- is not a terminal, so there are no prompts and the output is the banner,
 -- then one result (or error) per input. Expected texts are written by hand
 -- (tensors in PyTorch 1.13's print format).
-local repl = require "attn.repl"
+local repl = require "attn.tools.repl"
 
 local function run_repl(input)
   local path = os.tmpname()

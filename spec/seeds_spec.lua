@@ -1,8 +1,8 @@
 -- The notebook ports print every tensor the reference notebooks printed that
--- their code determines (scripts/check_seeds.lua against spec/fixtures/seeds_expected.lua).
-local check = require "check_seeds"
+-- their code determines (scripts/examples/check_seeds.lua against spec/fixtures/seeds_expected.lua).
+local check = dofile("scripts/examples/check_seeds.lua")
 
-describe("scripts/check_seeds.lua parsing", function()
+describe("scripts/examples/check_seeds.lua parsing", function()
   it("finds printed tensors but not torch.tensor( code", function()
     local found = check.printed_tensors("x = torch.tensor([1.])\nprint: tensor([0.5000, 1.0000])\n")
     assert.are.equal(1, #found)
@@ -29,8 +29,8 @@ end)
 describe("notebook ports", function()
   local expected = dofile("spec/fixtures/seeds_expected.lua")
   for _, nb in ipairs(expected) do
-    it("scripts/seeds/" .. nb.notebook .. "_*.lua prints the notebook's tensors", function()
-      local cmd = string.format("scripts/attn-lua scripts/check_seeds.lua %s 2>&1", nb.notebook)
+    it("scripts/examples/seeds/" .. nb.notebook .. "_*.lua prints the notebook's tensors", function()
+      local cmd = string.format("scripts/attn-lua scripts/examples/check_seeds.lua %s 2>&1", nb.notebook)
       local p = io.popen(cmd)
       local out = p:read("a")
       local ok = p:close()

@@ -133,11 +133,11 @@ attn.viz = require "attn.viz"
 --- Prints the doc of a public function or class and returns it:
 -- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`; `attn.help()` lists the topics.
 -- @param[opt] what a public function or class, or its name
-attn.help = require("attn.help").help
+function attn.help(...) return require("attn.tools.help").help(...) end
 --- A progress line on stderr (count, rate, ETA) when stderr is a terminal:
 -- `local p = attn.progress(total, label)`, `p:step()`, `p:done()`.
 -- @param total the number of steps
 -- @param[opt] label text in front of the count
-attn.progress = require("attn.progress").new
+function attn.progress(...) return require("attn.tools.progress").new(...) end
 
 return attn

@@ -331,9 +331,13 @@ function Module:load_state_dict(d, strict)
   end
   local entries = state_entries(self, "", {})
   local expected, missing, unexpected, problems = {}, {}, {}, {}
+  -- d is read once, into srcs: what is checked is what is copied, even if a
+  -- finalizer running during the checks replaces entries of d
+  local srcs = {}
   for _, e in ipairs(entries) do
     expected[e[1]] = true
     local src = d[e[1]]
+    srcs[e[1]] = src
     if src == nil then
       missing[#missing + 1] = e[1]
     elseif not is_tensor(src) then
@@ -363,7 +367,7 @@ function Module:load_state_dict(d, strict)
          table.concat(problems, "; "))
   end
   for _, e in ipairs(entries) do
-    local src = d[e[1]]
+    local src = srcs[e[1]]
     if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
   end
   return {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}

@@ -1,4 +1,4 @@
-/* Which flash kernel set runs (src/cpu.h): the best one the CPU supports
+/* Which flash kernel set runs (src/core/cpu.h): the best one the CPU supports
  * (cpuid through __builtin_cpu_supports, which also checks that the OS saves
  * the AVX / AVX-512 registers), or the one ATTN_CPU names. Chosen once; the
  * pointer is then only read. */

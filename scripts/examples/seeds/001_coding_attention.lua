@@ -1,14 +1,14 @@
 -- Port of shared/seeds/001_0e3feecd8bb76443.txt: simplified self-attention on
 -- six tokens, trainable weights, SelfAttentionV1/V2, a causal mask, dropout,
 -- CausalAttention and MultiHeadAttentionWrapper.
---   scripts/attn-lua scripts/seeds/001_coding_attention.lua [--plots DIR]
+--   scripts/attn-lua scripts/examples/seeds/001_coding_attention.lua [--plots DIR]
 -- Only the simplified-attention prints are determined by the notebook's code:
 -- everything after them uses torch.rand / nn.Linear / Dropout without a seed.
 -- Those cells run here after attn.manual_seed(2024) (our choice), so their
 -- numbers differ from the notebook's.
 local attn = require "attn"
 local nn = attn.nn
-local plots = require("seed_plots").from_args(arg, "scripts/seeds/001_coding_attention.lua")
+local plots = require("seed_plots").from_args(arg, "scripts/examples/seeds/001_coding_attention.lua")
 local tokens = { "Your", "journey", "starts", "with", "one", "step" }
 
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end

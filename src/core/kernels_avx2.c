@@ -1,4 +1,4 @@
-/* The flash kernel's inner loops for AVX2 + FMA (src/cpu.h); this file alone
+/* The flash kernel's inner loops for AVX2 + FMA (src/core/cpu.h); this file alone
  * is compiled with -mavx2 -mfma, and runs only where cpuid reports both.
  *
  * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 16 rows
@@ -82,7 +82,7 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
 }
 
-/* One online-softmax step of 16 rows (src/cpu.h), two vectors of 8. */
+/* One online-softmax step of 16 rows (src/core/cpu.h), two vectors of 8. */
 static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
   const __m256 nan = _mm256_set1_ps(NAN), ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
   __m256 bm0 = ninf, bm1 = ninf, bad0 = zero, bad1 = zero;

@@ -1,19 +1,19 @@
 --- attn.help: the doc of a public function or class, read from the same LDoc
 -- comments that `make doc` renders (one source of truth). Lua functions are
--- documented where they are defined; the C functions in lua/attn/ldoc_core.lua
--- and lua/attn/ldoc_tensor.lua (`@function` entries, no code).
+-- documented where they are defined; the C functions in lua/attn/tools/ldoc_core.lua
+-- and lua/attn/tools/ldoc_tensor.lua (`@function` entries, no code).
 --
 --    attn.help()                      -- the topics
 --    attn.help(attn.matmul)           -- by value
 --    attn.help("matmul")              -- by name: "nn.Linear", "Tensor.view", "viz.show"
--- @module attn.help
+-- @module attn.tools.help
 local M = {}
 
 -- The Lua files whose doc comments are read, as module names; every class
 -- file in attn/nn/ is added to these (see `source_files`).
 local MODULE_FILES = {
-  "attn", "attn.ldoc_core", "attn.ldoc_tensor", "attn.viz", "attn.format", "attn.progress", "attn.repl",
-  "attn.help", "attn.nn",
+  "attn", "attn.tools.ldoc_core", "attn.tools.ldoc_tensor", "attn.viz", "attn.format", "attn.tools.progress",
+  "attn.tools.repl", "attn.tools.help", "attn.nn",
 }
 
 -- "attn.nn.Linear:forward" and "Tensor:view" are named with dots throughout.
@@ -282,7 +282,7 @@ function M.text(what)
 end
 
 --- Prints the doc of a public function or class (see the module doc);
--- `attn.help()` lists the topics (`require("attn.help").text(what)` returns the text instead).
+-- `attn.help()` lists the topics (`require("attn.tools.help").text(what)` returns the text instead).
 -- @param[opt] what a public function or class (`attn.matmul`, `nn.Linear`), or
 -- its name (`"matmul"`, `"nn.Linear"`, `"Tensor.view"`)
 function M.help(what)

@@ -1,4 +1,4 @@
-/* The flash kernel's inner loops in plain C (src/cpu.h): the set every CPU
+/* The flash kernel's inner loops in plain C (src/core/cpu.h): the set every CPU
  * runs, and the only one off x86-64. Compiled without -m flags and with
  * -ffp-contract=off, so no product is fused: the bits are the same with any
  * compiler target of the architecture.

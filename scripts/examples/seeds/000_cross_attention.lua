@@ -1,10 +1,10 @@
 -- Port of shared/seeds/000_7252ae3488ab1acc.txt: an Attention class with
 -- separate encodings for Q, K and V (encoder-decoder / cross attention).
---   scripts/attn-lua scripts/seeds/000_cross_attention.lua [--plots DIR]
+--   scripts/attn-lua scripts/examples/seeds/000_cross_attention.lua [--plots DIR]
 -- Porting notes: the notebook's row_dim = 0, col_dim = 1 are 1 and 2 here.
 local attn = require "attn"
 local nn = attn.nn
-local plots = require("seed_plots").from_args(arg, "scripts/seeds/000_cross_attention.lua")
+local plots = require("seed_plots").from_args(arg, "scripts/examples/seeds/000_cross_attention.lua")
 
 -- matrices of token encodings
 local encodings_for_q = attn.tensor { { 1.16, 0.23 }, { 0.57, 1.36 }, { 4.41, -2.16 } }

@@ -1,6 +1,6 @@
 /* Attention from Lua: attn.scaled_dot_product_attention and
- * attn.simple_attention over the core's kernels: "math" (src/attention.c,
- * scores materialised) and "flash" (src/flash.c, fused and tiled). */
+ * attn.simple_attention over the core's kernels: "math" (src/core/attention.c,
+ * scores materialised) and "flash" (src/core/flash.c, fused and tiled). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* attn.save / attn.load: NumPy .npy files (the format is src/npy.c's). */
+/* attn.save / attn.load: NumPy .npy files (the format is src/core/npy.c's). */
 #include "attn_lua.h"
 #include "npy.h"
 

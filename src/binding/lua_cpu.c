@@ -1,4 +1,4 @@
-/* attn.cpu_info() and the kernel choice at require time (src/cpu.h). */
+/* attn.cpu_info() and the kernel choice at require time (src/core/cpu.h). */
 #include <omp.h>
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* attn.save_safetensors / attn.load_safetensors (the format is src/safetensors.c's).
+/* attn.save_safetensors / attn.load_safetensors (the format is src/core/safetensors.c's).
  * Every buffer here is a Lua userdata, so that an error raised at any point
  * (a bad argument, out of memory) leaks nothing. */
 #include <stdlib.h>

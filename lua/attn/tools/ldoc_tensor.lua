@@ -1,4 +1,4 @@
---- The methods of attn tensors written in C (`t:name(...)`, src/lua_*.c):
+--- The methods of attn tensors written in C (`t:name(...)`, src/binding/lua_*.c):
 -- their docs, for `make doc` (LDoc) and `attn.help` alike. Methods that are
 -- also `attn` functions (`t:matmul(u)` is `attn.matmul(t, u)`) are documented
 -- there. This file holds only comments; requiring it returns an empty table.

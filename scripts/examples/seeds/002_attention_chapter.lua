@@ -2,12 +2,12 @@
 -- (simplified self-attention, trainable weights, causal masks, dropout,
 -- CausalAttention, MultiHeadAttentionWrapper, MultiHeadAttention), printing the
 -- same tensors in the same order with the same seeds.
---   scripts/attn-lua scripts/seeds/002_attention_chapter.lua [--plots DIR]
+--   scripts/attn-lua scripts/examples/seeds/002_attention_chapter.lua [--plots DIR]
 -- Porting notes: dims and indices are 1-based (inputs[1] in PyTorch is
 -- inputs[2] here; keys.transpose(1, 2) is keys:transpose(2, 3)).
 local attn = require "attn"
 local nn = attn.nn
-local plots = require("seed_plots").from_args(arg, "scripts/seeds/002_attention_chapter.lua")
+local plots = require("seed_plots").from_args(arg, "scripts/examples/seeds/002_attention_chapter.lua")
 local tokens = { "Your", "journey", "starts", "with", "one", "step" }
 
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end

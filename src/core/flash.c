@@ -22,11 +22,11 @@
  * multiply per score and per block; measured in README's speed table.
  *
  * The micro-kernel (both products), the exponential and the softmax step are
- * per instruction set (src/cpu.h): src/kernels_scalar.c (plain C, glibc's
+ * per instruction set (src/core/cpu.h): src/core/kernels_scalar.c (plain C, glibc's
  * expf), kernels_avx2.c (16 x 6 micro-tiles of FMAs, a Cephes polynomial exp
  * with max relative error 1.18e-7 over [-87.33, 0]) and kernels_avx512.c (32
  * x 12 micro-tiles, the same exp on 16 lanes; the same bits as AVX2). Only
- * those files are compiled with -m flags; src/cpu.c picks one set once, from
+ * those files are compiled with -m flags; src/core/cpu.c picks one set once, from
  * cpuid or ATTN_CPU, and this driver calls it through two function pointers
  * per key block and row group (gemm_t: a whole product; softmax_step16). The
  * sets differ in the last bits (within 2e-6 relative, spec/cpu_dispatch_spec.lua).

@@ -1,4 +1,4 @@
---- The functions of `attn` written in C (src/lua_*.c): their docs, for
+--- The functions of `attn` written in C (src/binding/lua_*.c): their docs, for
 -- `make doc` (LDoc) and `attn.help` alike. This file holds only comments;
 -- requiring it returns an empty table.
 -- @submodule attn

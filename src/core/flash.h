@@ -1,6 +1,6 @@
 /* The fused ("flash") kernel of scaled dot-product attention: FlashAttention-2
  * style on the CPU, with the scores never materialised beyond one tile.
- * Same shapes, options and meaning as attn_sdpa_math (src/attention.h). */
+ * Same shapes, options and meaning as attn_sdpa_math (src/core/attention.h). */
 #ifndef ATTN_FLASH_H
 #define ATTN_FLASH_H
 
@@ -33,7 +33,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
  * kernel wins on tiny inputs, where its fewer passes cost less than tiling). */
 int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev);
 
-/* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/cpu.h). */
+/* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/core/cpu.h). */
 const char *attn_flash_exp_impl(void);
 
 #endif

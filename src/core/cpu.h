@@ -1,6 +1,6 @@
 /* Runtime CPU dispatch of the flash kernel's inner loops. The micro-kernel
  * (both products of a key block), the exponential and the online-softmax step
- * live in one file per instruction set (src/kernels_scalar.c, kernels_avx2.c,
+ * live in one file per instruction set (src/core/kernels_scalar.c, kernels_avx2.c,
  * kernels_avx512.c); only those files are compiled with -m flags, so the rest
  * of the core runs on any CPU of the architecture. One set is chosen once,
  * from cpuid or ATTN_CPU, and every later call uses it: the bits of a result

@@ -5,7 +5,7 @@
 -- readline (Debian's lua-readline) when it is installed, with the history in
 -- `~/.attn_history` (or `$ATTN_HISTORY`); otherwise lines are read plainly.
 -- Ctrl-D quits.
--- @module attn.repl
+-- @module attn.tools.repl
 local M = {}
 
 M.BANNER = "attn REPL (" .. _VERSION .. "): attn and nn are loaded. attn.help() lists the topics,"

@@ -1,4 +1,4 @@
---- `--plots DIR` for the notebook ports (scripts/seeds/): each attention-weight
+--- `--plots DIR` for the notebook ports (scripts/examples/seeds/): each attention-weight
 -- matrix a port prints is also written as an SVG heatmap into DIR, named
 -- `<port number>_<NN>_<what>.svg` in print order (002_07_causal_attn_weights.svg).
 --
@@ -6,7 +6,7 @@
 --   print(attn_weights); plots:weights("attn_weights", attn_weights, tokens)
 --
 -- Without `--plots` every call does nothing, so the ports print the same text
--- either way (scripts/check_seeds.lua compares that text).
+-- either way (scripts/examples/check_seeds.lua compares that text).
 local viz = require "attn.viz"
 
 local M = {}

@@ -7,7 +7,7 @@
 -- It draws only when stderr is a terminal (so logs and pipes stay clean) and
 -- at most 10 times a second (so a fast loop does not spend its time drawing).
 -- `opts` replace the clock, the writer and the terminal test, for tests.
--- @module attn.progress
+-- @module attn.tools.progress
 local M = {}
 
 local Progress = {}

@@ -1,9 +1,9 @@
 -- Port of shared/seeds/004_dcb765a032a3e11b.txt: book listings 3.1 and 3.2
 -- (SelfAttention_v1 and _v2) and exercise 3.1.
---   scripts/attn-lua scripts/seeds/004_listings_3_1_3_2.lua [--plots DIR]
+--   scripts/attn-lua scripts/examples/seeds/004_listings_3_1_3_2.lua [--plots DIR]
 local attn = require "attn"
 local nn = attn.nn
-local plots = require("seed_plots").from_args(arg, "scripts/seeds/004_listings_3_1_3_2.lua")
+local plots = require("seed_plots").from_args(arg, "scripts/examples/seeds/004_listings_3_1_3_2.lua")
 
 -- the six tokens of "Your journey starts with one step" (defined earlier in the book)
 local inputs = attn.tensor {

@@ -1,5 +1,5 @@
 /* attn.core.modules.attention_forward: the fused forward of attn.nn's
- * CausalAttention and MultiHeadAttention (src/modules.c), one C call per
+ * CausalAttention and MultiHeadAttention (src/core/modules.c), one C call per
  * forward. It takes only calls it can run exactly as the module-by-module Lua
  * path would, and returns nil for anything else (a bad x, too many tokens,
  * parameters replaced by something unusual): the module then runs its Lua

@@ -1,10 +1,10 @@
 -- Port of shared/seeds/003_2002f6724c07b525.txt: self-attention on a 1x10x10
 -- positional-encoded embedding with identity projections, scaled scores,
 -- softmax, weighted sum, then an output Linear.
---   scripts/attn-lua scripts/seeds/003_positional_self_attention.lua [--plots DIR]
+--   scripts/attn-lua scripts/examples/seeds/003_positional_self_attention.lua [--plots DIR]
 local attn = require "attn"
 local nn = attn.nn
-local plots = require("seed_plots").from_args(arg, "scripts/seeds/003_positional_self_attention.lua")
+local plots = require("seed_plots").from_args(arg, "scripts/examples/seeds/003_positional_self_attention.lua")
 local positions = {}
 for i = 1, 10 do positions[i] = "pos " .. i end
 

@@ -1,8 +1,8 @@
--- Run every notebook port (scripts/seeds/NNN_*.lua) and compare the tensors it
+-- Run every notebook port (scripts/examples/seeds/NNN_*.lua) and compare the tensors it
 -- prints with the tensors the reference notebook printed
 -- (spec/fixtures/seeds_expected.lua, copied from shared/seeds).
 --
---   scripts/attn-lua scripts/check_seeds.lua [--verbose] [NNN ...]
+--   scripts/attn-lua scripts/examples/check_seeds.lua [--verbose] [NNN ...]
 --
 -- Expected tensors are matched in order: each is looked for among the port's
 -- prints after the previous match. Values agree when they are within one unit
@@ -10,8 +10,8 @@
 -- shapes must be equal (for prints the notebook text cuts short, the printed
 -- prefix of the values must agree). Exit status 1 if anything did not match.
 
-local here = arg and arg[0] and arg[0]:match("^(.*)/[^/]*$") or "scripts"
-local root = here .. "/.."
+local here = arg and arg[0] and arg[0]:match("^(.*)/[^/]*$") or "scripts/examples"
+local root = here .. "/../.."
 
 local verbose = false
 local only = {}
@@ -121,7 +121,7 @@ function M.agree(want, got)
 end
 
 local function run_port(path)
-  local cmd = string.format("%s/attn-lua %q 2>&1", here, path)
+  local cmd = string.format("%s/scripts/attn-lua %q 2>&1", root, path)
   local p = assert(io.popen(cmd, "r"))
   local out = p:read("a")
   local ok, _, code = p:close()
@@ -140,7 +140,7 @@ local function main()
       local detail = {}
       if not path then
         all_ok = false
-        print(string.format("%s: no port scripts/seeds/%s_*.lua", nb.notebook, nb.notebook))
+        print(string.format("%s: no port scripts/examples/seeds/%s_*.lua", nb.notebook, nb.notebook))
       else
         local out, ok, code = run_port(path)
         if not ok then

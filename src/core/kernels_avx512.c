@@ -1,4 +1,4 @@
-/* The flash kernel's inner loops for AVX-512F (src/cpu.h); this file alone
+/* The flash kernel's inner loops for AVX-512F (src/core/cpu.h); this file alone
  * is compiled with -mavx512f (and -mfma), and runs only where cpuid reports
  * AVX-512F and the OS saves its registers.
  *
@@ -9,7 +9,7 @@
  * increasing k with one fused step per product, as in the AVX2 set, so the
  * two sets give the same bits for the products.
  *
- * Exponential and softmax step: the AVX2 set's operations (src/kernels_avx2.c:
+ * Exponential and softmax step: the AVX2 set's operations (src/core/kernels_avx2.c:
  * Cody-Waite reduction, Cephes' degree-7 polynomial, max relative error
  * 1.18e-7 over [-87.33, 0]) on one 16-float vector per 16-row group. */
 #include <immintrin.h>
@@ -79,7 +79,7 @@ static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, cons
   }
 }
 
-/* e^x for x <= 0, -inf or NaN: src/kernels_avx2.c's exp8, 16 lanes. */
+/* e^x for x <= 0, -inf or NaN: src/core/kernels_avx2.c's exp8, 16 lanes. */
 static inline __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.33654f);      /* ln(2^-126) */
   const __m512 shifter = _mm512_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
@@ -103,7 +103,7 @@ static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
 }
 
-/* One online-softmax step of 16 rows (src/cpu.h), one vector. */
+/* One online-softmax step of 16 rows (src/core/cpu.h), one vector. */
 static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
   __m512 bm = ninf;

@@ -1,5 +1,5 @@
 /* What the binding files share: the attn.Tensor userdata and argument checks.
- * Only the binding (src/lua_*.c) includes Lua headers and raises Lua errors;
+ * Only the binding (src/binding/lua_*.c) includes Lua headers and raises Lua errors;
  * 1-based Lua dims and indices become 0-based here, once. */
 #ifndef ATTN_LUA_H
 #define ATTN_LUA_H
