@@ -28,6 +28,11 @@ static inline float min_f(float a, float b) {
   return a < b ? a : b;
 }
 
+/* The row kernels start on a 64-byte boundary, so where their loops fall
+ * relative to the CPU's fetch blocks does not depend on the code the linker
+ * places before them (a 16-byte shift once made relu and bool 1.8x slower). */
+#define ATTN_LOOP_ALIGNED __attribute__((aligned(64)))
+
 #define BINARY_LOOP(EXPR)                                                        \
   do {                                                                           \
     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                   \
@@ -43,7 +48,7 @@ static inline float min_f(float a, float b) {
     }                                                                            \
   } while (0)
 
-static void binary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+static ATTN_LOOP_ALIGNED void binary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
   float *o = p[0];
   const float *a = p[1], *b = p[2];
   switch (*(const attn_binop *)ctx) {
@@ -85,8 +90,6 @@ attn_status attn_binary(attn_binop op, const attn_tensor *a, const attn_tensor *
 }
 
 static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-/* NaN stays NaN, as torch.relu */
-static inline float relu_f(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
 
 #define UNARY_LOOP(EXPR)                                                          \
   do {                                                                            \
@@ -97,7 +100,7 @@ static inline float relu_f(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f);
     }                                                                             \
   } while (0)
 
-static void unary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
+static ATTN_LOOP_ALIGNED void unary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
   float *o = p[0];
   const float *a = p[1];
   switch (*(const attn_unop *)ctx) {

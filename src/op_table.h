@@ -70,7 +70,7 @@
   UNARY(ABS, "abs", fabsf(x), NULL, ATTN_OPF_DIFF, "self: grad * sign(self)")                                         \
   UNARY(NONZERO, "bool", x != 0.0f ? 1.0f : 0.0f, NULL, 0, NULL)                                                      \
   UNARY(SIGMOID, "sigmoid", sigmoid_f(x), NULL, ATTN_OPF_DIFF, "self: grad * result * (1 - result)")                  \
-  UNARY(RELU, "relu", relu_f(x), NULL, ATTN_OPF_DIFF, "self: grad where result > 0, else 0")                         \
+  UNARY(RELU, "relu", x > 0.0f ? x : (x != x ? x : 0.0f), NULL, ATTN_OPF_DIFF, "self: grad where result > 0, else 0")                         \
   UNARY(RECIPROCAL, "reciprocal", 1.0f / x, NULL, ATTN_OPF_DIFF, "self: -grad * result * result")                     \
   REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                             \
          "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")             \

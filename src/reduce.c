@@ -74,12 +74,20 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
     } else {
       float best = x[0];
       int64_t at = 0;
-      for (int64_t j = 1; j < c->len && best == best; j++) {
-        float v = x[j * c->in_stride];
-        if (v != v || is_better(op, v, best)) {
-          best = v;
-          at = j;
-        }
+      switch (op) { /* one loop per op, its comparison inlined */
+#define EXTREME_LINE_CASE(ID, name, family, better, ...)              \
+  case ATTN_##ID:                                                     \
+    for (int64_t j = 1; j < c->len && best == best; j++) {            \
+      float v = x[j * c->in_stride];                                  \
+      if (v != v || (better)) {                                       \
+        best = v;                                                     \
+        at = j;                                                       \
+      }                                                               \
+    }                                                                 \
+    break;
+        ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, EXTREME_LINE_CASE)
+#undef EXTREME_LINE_CASE
+        case ATTN_REDUCEOP_COUNT: break;
       }
       *o = best;
       if (c->has_indices) p[2][i * s[2]] = (float)at;
