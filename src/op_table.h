@@ -40,47 +40,47 @@
 
 #define ATTN_OP_IGNORE(...)
 
-#define ATTN_OP_TABLE(UNARY, BINARY, COMPARE, REDUCE)                                                          \
-  BINARY(ADD, "add", x + y, "__add", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad; other: grad")               \
-  BINARY(SUB, "sub", x - y, "__sub", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad; other: -grad")              \
-  BINARY(MUL, "mul", x * y, "__mul", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad * other; other: grad * self") \
-  BINARY(DIV, "div", x / y, "__div", ATTN_OPF_DIFF | ATTN_OPF_INPLACE,                                          \
-         "self: grad / other; other: -grad * self / (other * other)")                                           \
-  BINARY(POW, "pow", pow_f(x, y), "__pow", ATTN_OPF_DIFF,                                                       \
-         "self: grad * other * self ^ (other - 1) (0 where other == 0); "                                       \
-         "other: grad * result * log(self) (0 where self == 0 and other >= 0)")                                 \
-  COMPARE(EQ, "eq", x == y, 0, NULL)                                                                            \
-  COMPARE(NE, "ne", x != y, 0, NULL)                                                                            \
-  COMPARE(GT, "gt", x > y, 0, NULL)                                                                             \
-  COMPARE(LT, "lt", x < y, 0, NULL)                                                                             \
-  COMPARE(GE, "ge", x >= y, 0, NULL)                                                                            \
-  COMPARE(LE, "le", x <= y, 0, NULL)                                                                            \
-  BINARY(MAXIMUM, "maximum", max_f(x, y), NULL, ATTN_OPF_DIFF,                                                  \
-         "self: grad where self > other, grad / 2 where self == other, else 0; "                                \
-         "other: grad where other > self, grad / 2 where self == other, else 0")                                \
-  BINARY(MINIMUM, "minimum", min_f(x, y), NULL, ATTN_OPF_DIFF,                                                  \
-         "self: grad where self < other, grad / 2 where self == other, else 0; "                                \
-         "other: grad where other < self, grad / 2 where self == other, else 0")                                \
+#define ATTN_OP_TABLE(UNARY, BINARY, COMPARE, REDUCE)                                                                  \
+  BINARY(ADD, "add", x + y, "__add", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad; other: grad")                      \
+  BINARY(SUB, "sub", x - y, "__sub", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad; other: -grad")                     \
+  BINARY(MUL, "mul", x * y, "__mul", ATTN_OPF_DIFF | ATTN_OPF_INPLACE, "self: grad * other; other: grad * self")       \
+  BINARY(DIV, "div", x / y, "__div", ATTN_OPF_DIFF | ATTN_OPF_INPLACE,                                                 \
+         "self: grad / other; other: -grad * self / (other * other)")                                                  \
+  BINARY(POW, "pow", pow_f(x, y), "__pow", ATTN_OPF_DIFF,                                                              \
+         "self: grad * other * self ^ (other - 1) (0 where other == 0); "                                              \
+         "other: grad * result * log(self) (0 where self == 0 and other >= 0)")                                        \
+  COMPARE(EQ, "eq", x == y, 0, NULL)                                                                                   \
+  COMPARE(NE, "ne", x != y, 0, NULL)                                                                                   \
+  COMPARE(GT, "gt", x > y, 0, NULL)                                                                                    \
+  COMPARE(LT, "lt", x < y, 0, NULL)                                                                                    \
+  COMPARE(GE, "ge", x >= y, 0, NULL)                                                                                   \
+  COMPARE(LE, "le", x <= y, 0, NULL)                                                                                   \
+  BINARY(MAXIMUM, "maximum", max_f(x, y), NULL, ATTN_OPF_DIFF,                                                         \
+         "self: grad where self > other, grad / 2 where self == other, else 0; "                                       \
+         "other: grad where other > self, grad / 2 where self == other, else 0")                                       \
+  BINARY(MINIMUM, "minimum", min_f(x, y), NULL, ATTN_OPF_DIFF,                                                         \
+         "self: grad where self < other, grad / 2 where self == other, else 0; "                                       \
+         "other: grad where other < self, grad / 2 where self == other, else 0")                                       \
   UNARY(COPY, "copy", x, NULL, ATTN_OPF_DIFF | ATTN_OPF_INTERNAL, "self: grad")                                        \
-  UNARY(NEG, "neg", -x, "__unm", ATTN_OPF_DIFF, "self: -grad")                                                           \
-  UNARY(EXP, "exp", expf(x), NULL, ATTN_OPF_DIFF, "self: grad * result")                                              \
-  UNARY(LOG, "log", logf(x), NULL, ATTN_OPF_DIFF, "self: grad / self")                                                \
-  UNARY(SQRT, "sqrt", sqrtf(x), NULL, ATTN_OPF_DIFF, "self: grad / (2 * result)")                                     \
-  UNARY(TANH, "tanh", tanhf(x), NULL, ATTN_OPF_DIFF, "self: grad * (1 - result * result)")                            \
-  UNARY(ABS, "abs", fabsf(x), NULL, ATTN_OPF_DIFF, "self: grad * sign(self)")                                         \
-  UNARY(NONZERO, "bool", x != 0.0f ? 1.0f : 0.0f, NULL, 0, NULL)                                                      \
-  UNARY(SIGMOID, "sigmoid", sigmoid_f(x), NULL, ATTN_OPF_DIFF, "self: grad * result * (1 - result)")                  \
-  UNARY(RELU, "relu", x > 0.0f ? x : (x != x ? x : 0.0f), NULL, ATTN_OPF_DIFF, "self: grad where result > 0, else 0")                         \
-  UNARY(RECIPROCAL, "reciprocal", 1.0f / x, NULL, ATTN_OPF_DIFF, "self: -grad * result * result")                     \
-  REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                             \
-         "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")             \
-  REDUCE(MEAN, "mean", AVERAGE, 0, NULL, ATTN_OPF_DIFF,                                                         \
-         "self: grad / count expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")     \
-  REDUCE(MAX, "max", EXTREME, v > best, "argmax", ATTN_OPF_DIFF,                                                \
-         "self: with dim: grad to the index (indices), 0 elsewhere; "                                           \
-         "all: grad shared evenly among the elements equal to result")                                          \
-  REDUCE(MIN, "min", EXTREME, v < best, "argmin", ATTN_OPF_DIFF,                                                \
-         "self: with dim: grad to the index (indices), 0 elsewhere; "                                           \
+  UNARY(NEG, "neg", -x, "__unm", ATTN_OPF_DIFF, "self: -grad")                                                         \
+  UNARY(EXP, "exp", expf(x), NULL, ATTN_OPF_DIFF, "self: grad * result")                                               \
+  UNARY(LOG, "log", logf(x), NULL, ATTN_OPF_DIFF, "self: grad / self")                                                 \
+  UNARY(SQRT, "sqrt", sqrtf(x), NULL, ATTN_OPF_DIFF, "self: grad / (2 * result)")                                      \
+  UNARY(TANH, "tanh", tanhf(x), NULL, ATTN_OPF_DIFF, "self: grad * (1 - result * result)")                             \
+  UNARY(ABS, "abs", fabsf(x), NULL, ATTN_OPF_DIFF, "self: grad * sign(self)")                                          \
+  UNARY(NONZERO, "bool", x != 0.0f ? 1.0f : 0.0f, NULL, 0, NULL)                                                       \
+  UNARY(SIGMOID, "sigmoid", sigmoid_f(x), NULL, ATTN_OPF_DIFF, "self: grad * result * (1 - result)")                   \
+  UNARY(RELU, "relu", x > 0.0f ? x : (x != x ? x : 0.0f), NULL, ATTN_OPF_DIFF, "self: grad where result > 0, else 0")  \
+  UNARY(RECIPROCAL, "reciprocal", 1.0f / x, NULL, ATTN_OPF_DIFF, "self: -grad * result * result")                      \
+  REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                                    \
+         "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")                    \
+  REDUCE(MEAN, "mean", AVERAGE, 0, NULL, ATTN_OPF_DIFF,                                                                \
+         "self: grad / count expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")            \
+  REDUCE(MAX, "max", EXTREME, v > best, "argmax", ATTN_OPF_DIFF,                                                       \
+         "self: with dim: grad to the index (indices), 0 elsewhere; "                                                  \
+         "all: grad shared evenly among the elements equal to result")                                                 \
+  REDUCE(MIN, "min", EXTREME, v < best, "argmin", ATTN_OPF_DIFF,                                                       \
+         "self: with dim: grad to the index (indices), 0 elsewhere; "                                                  \
          "all: grad shared evenly among the elements equal to result")
 
 #endif
