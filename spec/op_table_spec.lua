@@ -308,3 +308,32 @@ describe("each table entry's forward against double precision", function()
     end
   end
 end)
+
+describe("scripts/fuzz.lua", function()
+  it("fuzzes an op added to the table with no change of its own", function()
+    -- a probe op appended to what attn.ops_table() returns, as a new line of
+    -- src/op_table.h would be, then the fuzzer loaded afresh
+    local real_table, saved_fuzz = attn.ops_table, package.loaded.fuzz
+    local calls = 0
+    local function probe(t, ...)
+      calls = calls + 1
+      return attn.Tensor.neg(t, ...)
+    end
+    attn.ops_table = function()
+      local t = real_table()
+      t[#t + 1] = { name = "zz_probe", kind = "unary", arity = 1, differentiable = false, forward = "-x" }
+      return t
+    end
+    attn.zz_probe, attn.Tensor.zz_probe = probe, probe
+    finally(function()
+      attn.ops_table, attn.zz_probe, attn.Tensor.zz_probe = real_table, nil, nil
+      package.loaded.fuzz = saved_fuzz
+    end)
+    package.loaded.fuzz = nil
+    local fuzz = require "fuzz"
+    -- (about 10 calls of the probe in 3000: never none by chance)
+    local s = fuzz.run { iterations = 3000, seed = 7, kinds = "calls" }
+    assert.is_nil(s.failure, s.failure)
+    assert.is_true(calls > 0, "the fuzzer never called the new op")
+  end)
+end)

@@ -35,7 +35,7 @@
 #define ATTN_OP_TABLE_H
 
 #define ATTN_OPF_DIFF 1u     /* differentiable: the backward formula is meaningful */
-#define ATTN_OPF_INPLACE 2u  /* also the method t:name_(other), in place */
+#define ATTN_OPF_INPLACE 2u  /* binary ops: also the method t:name_(other), in place */
 #define ATTN_OPF_INTERNAL 4u /* a kernel of the core only, no Lua name (copy) */
 
 #define ATTN_OP_IGNORE(...)
