@@ -19,7 +19,6 @@
 const attn_op_info attn_ops[] = {ATTN_OP_TABLE(UNARY_INFO, BINARY_INFO, COMPARE_INFO, REDUCE_INFO)};
 const int attn_op_count = (int)(sizeof attn_ops / sizeof attn_ops[0]);
 
-
 /* t:name_ is the in-place form of a binary op (binary_ in lua_math.c): the
  * flag on a unary op or a reduction is a mistake in the table, caught here */
 #define UNARY_NOT_INPLACE(ID, name, forward, operator, flags, backward) \

@@ -29,8 +29,9 @@
  *          a binary op gives one formula per input ("self: ...; other: ...").
  *          Broadcast inputs get their gradient summed back to their own shape.
  *
- * The order of the lines is the order of each enum (fuzz seeds pick ops by
- * number, so append new ops at the end of their kind). */
+ * The order of the lines is the order of each enum (attn_binop holds the
+ * binary ops and comparisons); fuzz inputs pick ops by number, so a new op
+ * goes after the last op of its enum. */
 #ifndef ATTN_OP_TABLE_H
 #define ATTN_OP_TABLE_H
 
