@@ -194,7 +194,7 @@ static void fuzz_binary(reader *r, arena *a) {
   int na = broadcastable_shape(r, no, so, sa), nb = broadcastable_shape(r, no, so, sb), nbs;
   attn_tensor ta, tb, out;
   if (!make_tensor(r, a, na, sa, &ta) || !make_tensor(r, a, nb, sb, &tb)) return;
-  attn_binop op = (attn_binop)(u8(r) % (ATTN_MINIMUM + 1));
+  attn_binop op = (attn_binop)(u8(r) % ATTN_BINOP_COUNT); /* every op of op_table.h */
   uint8_t how = u8(r) % 4;
   if (attn_broadcast_shape(na, sa, nb, sb, &nbs, bs) != ATTN_OK) {
     if (!make_out(a, no, so, &out)) return; /* the core must refuse the mismatch */
@@ -217,7 +217,7 @@ static void fuzz_unary(reader *r, arena *a) {
   int na = broadcastable_shape(r, no, so, sa);
   attn_tensor ta, out;
   if (!make_tensor(r, a, na, sa, &ta)) return;
-  attn_unop op = (attn_unop)(u8(r) % (ATTN_RECIPROCAL + 1));
+  attn_unop op = (attn_unop)(u8(r) % ATTN_UNOP_COUNT);
   if (u8(r) % 4 == 0 && na == no && memcmp(so, sa, (size_t)na * sizeof(int64_t)) == 0) out = ta;
   else if (!make_tensor(r, a, no, so, &out)) return; /* a strided output */
   attn_unary(op, &ta, &out);
@@ -255,12 +255,19 @@ static void fuzz_arange(reader *r, arena *a) {
   attn_arange(&out, dval(r), dval(r));
 }
 
+/* max and min (the reductions with an indices variant in op_table.h) also fill indices */
+static int reduction_has_indices(attn_reduceop op) {
+  for (int i = 0; i < attn_op_count; i++)
+    if (attn_ops[i].kind == ATTN_KIND_REDUCE && attn_ops[i].op == (int)op) return attn_ops[i].index_name != NULL;
+  return 0;
+}
+
 static void fuzz_reduce(reader *r, arena *a) {
   int64_t sa[ATTN_MAX_DIMS], so[ATTN_MAX_DIMS];
   int na = random_shape(r, sa);
   attn_tensor ta, out, idx;
   if (!make_tensor(r, a, na, sa, &ta)) return;
-  attn_reduceop op = (attn_reduceop)(u8(r) % 4);
+  attn_reduceop op = (attn_reduceop)(u8(r) % ATTN_REDUCEOP_COUNT);
   if (u8(r) % 3 == 0) {
     float v;
     int64_t at;
@@ -272,7 +279,7 @@ static void fuzz_reduce(reader *r, arena *a) {
   if (d >= 0 && d < na) so[d] = 1;
   if (u8(r) % 8 == 0 && na) so[0] += 1; /* a wrong output shape */
   if (!make_tensor(r, a, na, so, &out)) return;
-  int with_idx = (op == ATTN_MAX || op == ATTN_MIN) && (u8(r) & 1);
+  int with_idx = reduction_has_indices(op) && (u8(r) & 1);
   if (with_idx && !make_tensor(r, a, na, so, &idx)) return;
   attn_reduce_dim(op, &ta, d, &out, with_idx ? &idx : NULL);
 }

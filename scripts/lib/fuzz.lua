@@ -458,30 +458,54 @@ fn_op("load", 2, function(S)
   return r.chance(0.9) and p or anyval(S)
 end)
 
+-- The elementwise and reduction ops come from the one op table (src/core/op_table.h,
+-- as attn.ops_table()), in its order, so a new op is fuzzed with no change here.
+local TABLE_OPS = attn.ops_table()
+local function table_names(kinds, field)
+  local names = {}
+  for _, e in ipairs(TABLE_OPS) do
+    if kinds[e.kind] and not e.indices_of and (field == nil or e[field]) then names[#names + 1] = e[field or "name"] end
+  end
+  return names
+end
+local BINARY = table_names { binary = true, comparison = true }
+local UNARY = table_names { unary = true }
+local INPLACE = table_names({ binary = true, comparison = true, unary = true }, "inplace")
+-- sum, mean, max, min, then argmax, argmin
+local REDUCTIONS = table_names { reduction = true }
+for _, name in ipairs(table_names({ reduction = true }, "index_name")) do REDUCTIONS[#REDUCTIONS + 1] = name end
+local LUA_OPERATORS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __pow = "^", __unm = "-" }
+local BINARY_OPERATORS, OPERATOR_OF = {}, {} -- "add", ...; add = "+", ...
+for _, e in ipairs(TABLE_OPS) do
+  if e.operator and e.arity == 2 then
+    BINARY_OPERATORS[#BINARY_OPERATORS + 1] = e.name
+    OPERATOR_OF[e.name] = assert(LUA_OPERATORS[e.operator], e.operator)
+  end
+end
+local function list_with(list, more)
+  local all = table.move(list, 1, #list, 1, {})
+  return table.move(more, 1, #more, #all + 1, all)
+end
+
 -- binary maths, as functions, methods and operators
-local BINARY = { "add", "sub", "mul", "div", "pow", "eq", "ne", "gt", "lt", "ge", "le", "maximum", "minimum" }
 for _, name in ipairs(BINARY) do
   method_op(name, 1, function(S, self) return S.r.chance(0.3) and gen_number(S) or maybe(S, 0.85, shaped_like, self) end)
 end
-local OPERATORS = { add = "+", sub = "-", mul = "*", div = "/", pow = "^" }
+local operator_fns = {}
+for name, o in pairs(OPERATOR_OF) do operator_fns[name] = assert(load("return function(x, y) return x " .. o .. " y end"))() end
 op(5, function(S)
   local r = S.r
-  local name = r.pick({ "add", "sub", "mul", "div", "pow" })
+  local name = r.pick(BINARY_OPERATORS)
   local a = pool_tensor(S)
   local b = r.chance(0.3) and gen_number(S) or maybe(S, 0.85, shaped_like, a)
   if r.chance(0.3) then a, b = b, a end
-  local o = OPERATORS[name]
-  return function(x, y)
-    if o == "+" then return x + y elseif o == "-" then return x - y elseif o == "*" then return x * y
-    elseif o == "/" then return x / y else return x ^ y end
-  end, pack(a, b), "(function(x, y) return x " .. o .. " y end)", { name }
+  return operator_fns[name], pack(a, b), "(function(x, y) return x " .. OPERATOR_OF[name] .. " y end)", { name }
 end)
 op(1, function(S) return function(x) return -x end, pack(pool_tensor(S)), "(function(x) return -x end)", { "neg" } end)
-for _, name in ipairs { "add_", "sub_", "mul_", "div_" } do
+for _, name in ipairs(INPLACE) do
   method_op(name, 1, function(S, self) return S.r.chance(0.3) and gen_number(S) or maybe(S, 0.85, shaped_like, self) end)
 end
-for _, name in ipairs { "neg", "exp", "log", "sqrt", "tanh", "abs", "bool", "sigmoid", "relu", "reciprocal",
-  "contiguous", "clone", "float", "dim", "numel", "is_contiguous", "zero_" } do
+for _, name in ipairs(list_with(UNARY, { "contiguous", "clone", "float", "dim", "numel", "is_contiguous", "zero_" })) do
   method_op(name, 1, none)
 end
 method_op("size", 1, function(S, self) if S.r.chance(0.5) then return dim_for(S, self) end end)
@@ -532,7 +556,7 @@ method_op("unsqueeze", 2, function(S, self)
   return anyval(S)
 end)
 method_op("squeeze", 2, function(S, self) if S.r.chance(0.5) then return dim_for(S, self) end end)
-for _, name in ipairs { "sum", "mean", "max", "min", "argmax", "argmin" } do
+for _, name in ipairs(REDUCTIONS) do
   method_op(name, 2, function(S, self)
     if S.r.chance(0.3) then return end
     return dim_for(S, self), S.r.chance(0.7) and S.r.chance(0.5) or anyval(S)
@@ -943,8 +967,8 @@ end
 
 -- wrongself: every metamethod and method of attn.Tensor called with a self
 -- that is not a tensor; an error naming the function (or its operator), never a crash
-local WRONG_SELF_NAMES = { __index = "index", __newindex = "index", __len = "length", __tostring = "tostring",
-  __unm = "neg", __add = "add", __sub = "sub", __mul = "mul", __div = "div", __pow = "pow" }
+local WRONG_SELF_NAMES = { __index = "index", __newindex = "index", __len = "length", __tostring = "tostring" }
+for _, e in ipairs(TABLE_OPS) do if e.operator then WRONG_SELF_NAMES[e.operator] = e.name end end
 local wrong_self_fns
 local function kind_wrongself(S)
   local r = S.r
@@ -1001,8 +1025,8 @@ local function kind_overlap(S)
   end
   local out_fn, out_src = gen_view()
   local opd_fn, opd_src = gen_view()
-  local name = r.pick({ "add_", "sub_", "mul_", "div_", "copy_", "masked_fill_", "triu_", "tril_", "fill_", "zero_",
-    "index", "uniform_", "normal_" })
+  local name = r.pick(list_with(INPLACE, { "copy_", "masked_fill_", "triu_", "tril_", "fill_", "zero_", "index",
+    "uniform_", "normal_" }))
   local k, value, row, srow = r.int(-2, 2), r.pick({ 0, 7, -1.5 }), r.int(1, h), r.int(1, h)
   local function apply(out, opd)
     if name == "masked_fill_" then return out:masked_fill_(opd, value) end

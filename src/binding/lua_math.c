@@ -52,54 +52,12 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
   return 1;
 }
 
-#define BINARY(name, op, fn) \
-  static int name(lua_State *L) { return binary(L, op, fn); }
-BINARY(m_add, ATTN_ADD, "attn.add")
-BINARY(m_sub, ATTN_SUB, "attn.sub")
-BINARY(m_mul, ATTN_MUL, "attn.mul")
-BINARY(m_div, ATTN_DIV, "attn.div")
-BINARY(m_pow, ATTN_POW, "attn.pow")
-BINARY(m_eq, ATTN_EQ, "attn.eq")
-BINARY(m_ne, ATTN_NE, "attn.ne")
-BINARY(m_gt, ATTN_GT, "attn.gt")
-BINARY(m_lt, ATTN_LT, "attn.lt")
-BINARY(m_ge, ATTN_GE, "attn.ge")
-BINARY(m_le, ATTN_LE, "attn.le")
-BINARY(m_maximum, ATTN_MAXIMUM, "attn.maximum")
-BINARY(m_minimum, ATTN_MINIMUM, "attn.minimum")
-
-#define BINARY_(name, op, fn) \
-  static int name(lua_State *L) { return binary_(L, op, fn); }
-BINARY_(m_add_, ATTN_ADD, "Tensor:add_")
-BINARY_(m_sub_, ATTN_SUB, "Tensor:sub_")
-BINARY_(m_mul_, ATTN_MUL, "Tensor:mul_")
-BINARY_(m_div_, ATTN_DIV, "Tensor:div_")
-
 static int unary(lua_State *L, attn_unop op, const char *fn) {
   attnL_check_nargs(L, 1, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
   attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
   attn_unary(op, a, out);
   return 1;
-}
-
-#define UNARY(name, op, fn) \
-  static int name(lua_State *L) { return unary(L, op, fn); }
-UNARY(m_neg, ATTN_NEG, "attn.neg")
-UNARY(m_exp, ATTN_EXP, "attn.exp")
-UNARY(m_log, ATTN_LOG, "attn.log")
-UNARY(m_sqrt, ATTN_SQRT, "attn.sqrt")
-UNARY(m_tanh, ATTN_TANH, "attn.tanh")
-UNARY(m_abs, ATTN_ABS, "attn.abs")
-UNARY(m_bool, ATTN_NONZERO, "attn.bool")
-UNARY(m_sigmoid, ATTN_SIGMOID, "attn.sigmoid")
-UNARY(m_relu, ATTN_RELU, "attn.relu")
-UNARY(m_reciprocal, ATTN_RECIPROCAL, "attn.reciprocal")
-
-/* Unary minus: Lua passes the operand twice. */
-static int mt_unm(lua_State *L) {
-  lua_settop(L, 1);
-  return unary(L, ATTN_NEG, "attn.neg");
 }
 
 /* fill_ and zero_ write one value into every element, so an expanded self
@@ -238,13 +196,6 @@ static int reduce(lua_State *L, attn_reduceop op, int want_indices, const char *
   return want_indices ? 2 : 1;
 }
 
-static int m_sum(lua_State *L) { return reduce(L, ATTN_SUM, 0, "attn.sum"); }
-static int m_mean(lua_State *L) { return reduce(L, ATTN_MEAN, 0, "attn.mean"); }
-static int m_max(lua_State *L) { return reduce(L, ATTN_MAX, !lua_isnoneornil(L, 2), "attn.max"); }
-static int m_min(lua_State *L) { return reduce(L, ATTN_MIN, !lua_isnoneornil(L, 2), "attn.min"); }
-static int m_argmax(lua_State *L) { return reduce(L, ATTN_MAX, 2, "attn.argmax"); }
-static int m_argmin(lua_State *L) { return reduce(L, ATTN_MIN, 2, "attn.argmin"); }
-
 static int softmax(lua_State *L, int log, const char *fn) {
   attnL_check_nargs(L, 2, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
@@ -307,29 +258,139 @@ static int m_blas_info(lua_State *L) {
   return 1;
 }
 
+/* ---- the ops of op_table.h ---------------------------------------------
+ * One closure per op over the generic checks and calls above; upvalues: the
+ * op's descriptor and the name its errors give ("attn.add", "Tensor:add_"). */
+
+static const attn_op_info *op_info(lua_State *L) { return lua_touserdata(L, lua_upvalueindex(1)); }
+static const char *op_fname(lua_State *L) { return lua_tostring(L, lua_upvalueindex(2)); }
+
+static int op_call(lua_State *L) {
+  const attn_op_info *e = op_info(L);
+  const char *fn = op_fname(L);
+  switch (e->kind) {
+    case ATTN_KIND_UNARY: return unary(L, (attn_unop)e->op, fn);
+    case ATTN_KIND_BINARY:
+    case ATTN_KIND_COMPARE: return binary(L, (attn_binop)e->op, fn);
+    case ATTN_KIND_REDUCE: /* with a dim, max and min also return the indices */
+      return reduce(L, (attn_reduceop)e->op, e->index_name && !lua_isnoneornil(L, 2), fn);
+  }
+  return 0;
+}
+
+/* t:add_(other) */
+static int op_call_inplace(lua_State *L) { return binary_(L, (attn_binop)op_info(L)->op, op_fname(L)); }
+
+/* argmax, argmin: the indices alone */
+static int op_call_indices(lua_State *L) { return reduce(L, (attn_reduceop)op_info(L)->op, 2, op_fname(L)); }
+
+/* -t: Lua passes the operand twice */
+static int op_call_unm(lua_State *L) {
+  lua_settop(L, 1);
+  return unary(L, (attn_unop)op_info(L)->op, op_fname(L));
+}
+
+static void push_op_closure(lua_State *L, const attn_op_info *e, lua_CFunction f, const char *fname_fmt,
+                            const char *name) {
+  lua_pushlightuserdata(L, (void *)e);
+  lua_pushfstring(L, fname_fmt, name);
+  lua_pushcclosure(L, f, 2);
+}
+
+/* With [module, methods, metatable] on top: attn.name and t:name for every
+ * public op, t:name_ for the in-place ones, the indices variant of max and
+ * min, and the operators' metamethods. */
+static void register_ops(lua_State *L) {
+  for (int i = 0; i < attn_op_count; i++) {
+    const attn_op_info *e = &attn_ops[i];
+    if (e->flags & ATTN_OPF_INTERNAL) continue;
+    push_op_closure(L, e, op_call, "attn.%s", e->name);
+    if (e->lua_operator && e->kind != ATTN_KIND_UNARY) {
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, e->lua_operator);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -4, e->name);
+    lua_setfield(L, -4, e->name);
+    if (e->lua_operator && e->kind == ATTN_KIND_UNARY) {
+      push_op_closure(L, e, op_call_unm, "attn.%s", e->name);
+      lua_setfield(L, -2, e->lua_operator);
+    }
+    if (e->flags & ATTN_OPF_INPLACE) {
+      push_op_closure(L, e, op_call_inplace, "Tensor:%s_", e->name);
+      lua_pushfstring(L, "%s_", e->name);
+      lua_insert(L, -2);
+      lua_settable(L, -4);
+    }
+    if (e->index_name) {
+      push_op_closure(L, e, op_call_indices, "attn.%s", e->index_name);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -4, e->index_name);
+      lua_setfield(L, -4, e->index_name);
+    }
+  }
+}
+
+static const char *const kind_names[] = {"unary", "binary", "comparison", "reduction"};
+
+static void push_op_entry(lua_State *L, const char *name, const char *kind, int arity, int differentiable) {
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
+  lua_pushinteger(L, arity);
+  lua_setfield(L, -2, "arity");
+  lua_pushboolean(L, differentiable);
+  lua_setfield(L, -2, "differentiable");
+}
+
+static void set_string_field(lua_State *L, const char *key, const char *value) {
+  if (!value) return;
+  lua_pushstring(L, value);
+  lua_setfield(L, -2, key);
+}
+
+/* attn.ops_table(): a new list of the public ops, from op_table.h (a fresh
+ * copy each call, so a caller cannot change what the next one sees) */
+static int m_ops_table(lua_State *L) {
+  attnL_check_nargs(L, 0, "attn.ops_table");
+  lua_newtable(L);
+  int n = 0;
+  for (int i = 0; i < attn_op_count; i++) {
+    const attn_op_info *e = &attn_ops[i];
+    if (e->flags & ATTN_OPF_INTERNAL) continue;
+    push_op_entry(L, e->name, kind_names[e->kind], e->arity, (e->flags & ATTN_OPF_DIFF) != 0);
+    set_string_field(L, "forward", e->forward);
+    set_string_field(L, "backward", e->flags & ATTN_OPF_DIFF ? e->backward : NULL);
+    set_string_field(L, "operator", e->lua_operator);
+    set_string_field(L, "index_name", e->index_name);
+    if (e->flags & ATTN_OPF_INPLACE) {
+      lua_pushfstring(L, "%s_", e->name);
+      lua_setfield(L, -2, "inplace");
+    }
+    lua_rawseti(L, -2, ++n);
+    if (e->index_name) { /* argmax: max's 1-based indices, not differentiable */
+      push_op_entry(L, e->index_name, kind_names[e->kind], e->arity, 0);
+      set_string_field(L, "indices_of", e->name);
+      lua_rawseti(L, -2, ++n);
+    }
+  }
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
-  {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div}, {"pow", m_pow},
-  {"eq", m_eq}, {"ne", m_ne}, {"gt", m_gt}, {"lt", m_lt}, {"ge", m_ge}, {"le", m_le},
-  {"maximum", m_maximum}, {"minimum", m_minimum},
-  {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"tanh", m_tanh}, {"abs", m_abs},
-  {"bool", m_bool}, {"sigmoid", m_sigmoid}, {"relu", m_relu}, {"reciprocal", m_reciprocal},
   {"masked_fill", m_masked_fill}, {"triu", m_triu}, {"tril", m_tril},
-  {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"argmax", m_argmax}, {"argmin", m_argmin},
   {"softmax", m_softmax}, {"log_softmax", m_log_softmax}, {"equal", m_equal},
   {"matmul", m_matmul}, {"dot", m_dot}, {NULL, NULL}};
 
 static const luaL_Reg methods_only[] = {
-  {"add_", m_add_}, {"sub_", m_sub_}, {"mul_", m_mul_}, {"div_", m_div_},
   {"fill_", m_fill_}, {"zero_", m_zero_}, {"copy_", m_copy_}, {"masked_fill_", m_masked_fill_},
   {"triu_", m_triu_}, {"tril_", m_tril_}, {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {
-  {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__pow", m_pow},
-  {"__unm", mt_unm}, {NULL, NULL}};
-
 /* Expects [module, methods, metatable] on top. */
 void attnL_open_math(lua_State *L) {
-  luaL_setfuncs(L, metamethods, 0);
+  register_ops(L);
   lua_pushvalue(L, -2);
   luaL_setfuncs(L, funcs, 0);
   luaL_setfuncs(L, methods_only, 0);
@@ -338,5 +399,7 @@ void attnL_open_math(lua_State *L) {
   luaL_setfuncs(L, funcs, 0);
   lua_pushcfunction(L, m_blas_info);
   lua_setfield(L, -2, "blas_info");
+  lua_pushcfunction(L, m_ops_table);
+  lua_setfield(L, -2, "ops_table");
   lua_pop(L, 1);
 }

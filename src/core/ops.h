@@ -4,18 +4,27 @@
 #ifndef ATTN_OPS_H
 #define ATTN_OPS_H
 
+#include "op_table.h"
 #include "tensor.h"
 
+/* The op enums, in the order of op_table.h (one line there per op). */
+#define ATTN_OP_ENUM_ENTRY(ID, ...) ATTN_##ID,
 typedef enum attn_binop {
-  ATTN_ADD, ATTN_SUB, ATTN_MUL, ATTN_DIV, ATTN_POW,
-  ATTN_EQ, ATTN_NE, ATTN_GT, ATTN_LT, ATTN_GE, ATTN_LE,
-  ATTN_MAXIMUM, ATTN_MINIMUM
+  ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_ENUM_ENTRY, ATTN_OP_ENUM_ENTRY, ATTN_OP_IGNORE)
+  ATTN_BINOP_COUNT
 } attn_binop;
 
 typedef enum attn_unop {
-  ATTN_COPY, ATTN_NEG, ATTN_EXP, ATTN_LOG, ATTN_SQRT, ATTN_TANH, ATTN_ABS,
-  ATTN_NONZERO, ATTN_SIGMOID, ATTN_RELU, ATTN_RECIPROCAL
+  ATTN_OP_TABLE(ATTN_OP_ENUM_ENTRY, ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE)
+  ATTN_UNOP_COUNT
 } attn_unop;
+
+/* Along dim d of a [..., n, ...]: out has a's shape with size 1 at d. */
+typedef enum attn_reduceop {
+  ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_ENUM_ENTRY)
+  ATTN_REDUCEOP_COUNT
+} attn_reduceop;
+#undef ATTN_OP_ENUM_ENTRY
 
 /* out = a op b, a and b broadcast to out's shape: out [*], a [*'], b [*'']. out may
  * be a itself (in place). Comparisons write 1 or 0. */
@@ -32,8 +41,6 @@ attn_status attn_triangle(const attn_tensor *a, attn_tensor *out, int64_t k, int
 /* out[i] = start + i * step, out 1-D */
 attn_status attn_arange(attn_tensor *out, double start, double step);
 
-/* Along dim d of a [..., n, ...]: out has a's shape with size 1 at d. */
-typedef enum attn_reduceop { ATTN_SUM, ATTN_MEAN, ATTN_MAX, ATTN_MIN } attn_reduceop;
 /* out [.. 1 ..] = reduce(a [.. n ..]) over dim d; for MAX/MIN, indices (if not NULL)
  * get the 0-based position of the first extreme value (NaN wins, as in PyTorch). */
 attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_tensor *out,
@@ -62,6 +69,23 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
  * 2-D product and do not depend on the thread count. m, n, k, lda, ldb, ldc <= INT_MAX. */
 void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/* One descriptor per line of op_table.h, in its order (op_table.c): what the
+ * binding registers, attn.ops_table() lists and the fuzzers pick from. */
+typedef enum attn_op_kind { ATTN_KIND_UNARY, ATTN_KIND_BINARY, ATTN_KIND_COMPARE, ATTN_KIND_REDUCE } attn_op_kind;
+typedef struct attn_op_info {
+  const char *name;         /* the public Lua name */
+  attn_op_kind kind;
+  int op;                   /* its attn_unop, attn_binop or attn_reduceop */
+  int arity;                /* tensor inputs: 1 or 2 */
+  unsigned flags;           /* ATTN_OPF_* */
+  const char *lua_operator; /* the metamethod that also calls it ("__add") or NULL */
+  const char *index_name;   /* reductions: the indices-only variant ("argmax") or NULL */
+  const char *forward;      /* the table's forward expression, as text */
+  const char *backward;     /* derivatives.yaml-style formula, NULL when not differentiable */
+} attn_op_info;
+extern const attn_op_info attn_ops[];
+extern const int attn_op_count;
 
 /* Name of the BLAS core in use ("Haswell", "SkylakeX", ...). */
 const char *attn_blas_corename(void);

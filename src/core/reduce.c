@@ -5,6 +5,39 @@
 #include "iter.h"
 #include "ops.h"
 
+/* Each reduction's family and comparison, from op_table.h. */
+typedef enum reduce_family { FAMILY_TOTAL, FAMILY_AVERAGE, FAMILY_EXTREME } reduce_family;
+static const reduce_family family_of[ATTN_REDUCEOP_COUNT] = {
+#define FAMILY_ENTRY(ID, name, family, ...) [ATTN_##ID] = FAMILY_##family,
+  ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, FAMILY_ENTRY)
+#undef FAMILY_ENTRY
+};
+
+/* EXTREME ops: v replaces best (a NaN is handled by the callers); the switch
+ * is on a loop invariant, the comparison inlined */
+static inline int is_better(attn_reduceop op, float v, float best) {
+  switch (op) {
+#define BETTER_CASE(ID, name, family, better, ...) \
+  case ATTN_##ID: return (better);
+    ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, BETTER_CASE)
+#undef BETTER_CASE
+    case ATTN_REDUCEOP_COUNT: break;
+  }
+  return 0;
+}
+
+/* the name of a reduction, for messages */
+static const char *reduce_name(attn_reduceop op) {
+  switch (op) {
+#define NAME_CASE(ID, name, ...) \
+  case ATTN_##ID: return name;
+    ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, NAME_CASE)
+#undef NAME_CASE
+    case ATTN_REDUCEOP_COUNT: break;
+  }
+  return "?";
+}
+
 /* One line along the reduced dim: length and stride per operand. */
 typedef struct line_ctx {
   int op;            /* attn_reduceop, or log flag for softmax */
@@ -24,27 +57,37 @@ static attn_tensor line_starts(const attn_tensor *t, int d) {
 
 static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void *vctx) {
   const line_ctx *c = vctx;
+  attn_reduceop op = (attn_reduceop)c->op;
+  reduce_family family = family_of[op];
   for (int64_t i = 0; i < n; i++) {
     const float *x = p[1] + i * s[1];
     float *o = p[0] + i * s[0];
     if (c->constant) { /* in O(1): the double sum of len copies of x is x * len, exactly below 2^29 copies */
       double x0 = (double)x[0];
-      *o = c->op == ATTN_SUM ? (float)(x0 * (double)c->len) : x[0];
+      *o = family == FAMILY_TOTAL ? (float)(x0 * (double)c->len) : x[0];
       if (c->has_indices) p[2][i * s[2]] = 0.0f;
-    } else if (c->op == ATTN_SUM || c->op == ATTN_MEAN) {
+    } else if (family != FAMILY_EXTREME) {
       double acc = 0.0;
       for (int64_t j = 0; j < c->len; j++) acc += (double)x[j * c->in_stride];
-      if (c->op == ATTN_MEAN) acc /= (double)c->len;
+      if (family == FAMILY_AVERAGE) acc /= (double)c->len;
       *o = (float)acc;
     } else {
       float best = x[0];
       int64_t at = 0;
-      for (int64_t j = 1; j < c->len && best == best; j++) {
-        float v = x[j * c->in_stride];
-        if (v != v || (c->op == ATTN_MAX ? v > best : v < best)) {
-          best = v;
-          at = j;
-        }
+      switch (op) { /* one loop per op, its comparison inlined */
+#define EXTREME_LINE_CASE(ID, name, family, better, ...)              \
+  case ATTN_##ID:                                                     \
+    for (int64_t j = 1; j < c->len && best == best; j++) {            \
+      float v = x[j * c->in_stride];                                  \
+      if (v != v || (better)) {                                       \
+        best = v;                                                     \
+        at = j;                                                       \
+      }                                                               \
+    }                                                                 \
+    break;
+        ATTN_OP_TABLE(ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, EXTREME_LINE_CASE)
+#undef EXTREME_LINE_CASE
+        case ATTN_REDUCEOP_COUNT: break;
       }
       *o = best;
       if (c->has_indices) p[2][i * s[2]] = (float)at;
@@ -54,15 +97,16 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
 
 attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_tensor *out,
                             attn_tensor *indices) {
+  if ((unsigned)op >= ATTN_REDUCEOP_COUNT) return attn_fail(ATTN_EARG, "unknown reduction %d", (int)op);
   if (d < 0 || d >= a->ndim) return attn_fail(ATTN_EARG, "dim out of range");
   if (out->ndim != a->ndim) return attn_fail(ATTN_ESHAPE, "output rank differs");
   for (int k = 0; k < a->ndim; k++)
     if (out->size[k] != (k == d ? 1 : a->size[k]))
       return attn_fail(ATTN_ESHAPE, "output shape does not fit the reduction");
   int64_t len = a->size[d];
-  if (len == 0 && (op == ATTN_MAX || op == ATTN_MIN))
-    return attn_fail(ATTN_EARG, "cannot take %s of an empty dim", op == ATTN_MAX ? "max" : "min");
-  if (len == 0) return attn_fill(out, op == ATTN_MEAN ? NAN : 0.0f);
+  if (len == 0 && family_of[op] == FAMILY_EXTREME)
+    return attn_fail(ATTN_EARG, "cannot take %s of an empty dim", reduce_name(op));
+  if (len == 0) return attn_fill(out, family_of[op] == FAMILY_AVERAGE ? NAN : 0.0f);
   /* Expanded dims other than d give the same line at every position: reduce
    * at position 0 only, then copy the results along them (the same bits, and
    * O(real elements) rather than O(numel) for a huge expanded view). */
@@ -102,9 +146,9 @@ static void reduce_walk(attn_reduceop op, const attn_tensor *a, int64_t n, doubl
   int64_t at = 0;
   for (int64_t i = 0; i < n; i++) {
     float v = *attn_at(a, idx);
-    if (op == ATTN_SUM || op == ATTN_MEAN) {
+    if (family_of[op] != FAMILY_EXTREME) {
       acc += (double)v;
-    } else if (i == 0 || (best == best && (v != v || (op == ATTN_MAX ? v > best : v < best)))) {
+    } else if (i == 0 || (best == best && (v != v || is_better(op, v, best)))) {
       best = v;
       at = i;
     }
@@ -124,11 +168,12 @@ static void reduce_walk(attn_reduceop op, const attn_tensor *a, int64_t n, doubl
 #define ATTN_REDUCE_SHORTCUT_MIN ((int64_t)1 << 24)
 
 attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, int64_t *index) {
+  if ((unsigned)op >= ATTN_REDUCEOP_COUNT) return attn_fail(ATTN_EARG, "unknown reduction %d", (int)op);
   int64_t n = attn_numel(a);
   if (n == 0) {
-    if (op == ATTN_MAX || op == ATTN_MIN)
-      return attn_fail(ATTN_EARG, "cannot take %s of an empty tensor", op == ATTN_MAX ? "max" : "min");
-    *out = op == ATTN_MEAN ? NAN : 0.0f;
+    if (family_of[op] == FAMILY_EXTREME)
+      return attn_fail(ATTN_EARG, "cannot take %s of an empty tensor", reduce_name(op));
+    *out = family_of[op] == FAMILY_AVERAGE ? NAN : 0.0f;
     return ATTN_OK;
   }
   attn_tensor distinct = *a;
@@ -149,8 +194,8 @@ attn_status attn_reduce_all(attn_reduceop op, const attn_tensor *a, float *out, 
     scale *= a->size[d];
   }
   double copies = (double)n / (double)m;
-  if (op == ATTN_SUM) *out = (float)(acc * copies);
-  else if (op == ATTN_MEAN) *out = (float)(acc / (double)m);
+  if (family_of[op] == FAMILY_TOTAL) *out = (float)(acc * copies);
+  else if (family_of[op] == FAMILY_AVERAGE) *out = (float)(acc / (double)m);
   else *out = best;
   if (index) *index = full_at;
   return ATTN_OK;

@@ -333,6 +333,16 @@
 -- @return a table
 -- @function blas_info
 
+--- The elementwise and reduction ops, as declared once in src/core/op_table.h: a new list (a
+-- fresh copy on each call) of tables {name, kind ("unary", "binary", "comparison" or
+-- "reduction"), arity (tensor inputs), differentiable, forward (the scalar kernel as text),
+-- backward (the gradient formula in PyTorch's derivatives.yaml style, when differentiable),
+-- operator (the metamethod, as "__add"), inplace (the in-place method's name, as "add_"),
+-- index_name (max: "argmax"), indices_of (argmax: "max")}. Each op is `attn.name` and `t:name`.
+-- @return a list of tables
+-- @usage attn.ops_table()[1].backward --> "self: grad; other: grad"
+-- @function ops_table
+
 --- The flash kernel's instruction set, chosen once at load: a table with
 -- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
 -- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
