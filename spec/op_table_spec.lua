@@ -3,7 +3,7 @@
 -- elementwise/reduction name of the API contract is in it, and each forward
 -- agrees with an independent double-precision computation written here.
 local attn = require "attn"
-local help = require "attn.help"
+local help = require "attn.tools.help"
 
 local OPS = attn.ops_table()
 local KINDS = { unary = 1, binary = 2, comparison = 2, reduction = 1 } -- kind -> arity
