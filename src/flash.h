@@ -28,11 +28,6 @@
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out);
 
-/* Whether kernel = "auto" should take the fused kernel for a call with nb
- * (batch x heads) slices of Lq x Lk scores and head sizes E, Ev (the math
- * kernel wins on tiny inputs, where its fewer passes cost less than tiling). */
-int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev);
-
 /* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/cpu.h). */
 const char *attn_flash_exp_impl(void);
 

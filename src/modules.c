@@ -32,6 +32,18 @@
 /* Elements above which an elementwise pass over a projection is threaded. */
 #define PARALLEL_ELEMS (1 << 16)
 
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n, ld] rows, heads side by
+ * side from column 0): heads by strides, no copy. */
+static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
+  attn_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.ndim = 4;
+  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
+  t.stride[0] = n * ld, t.stride[1] = hd, t.stride[2] = ld, t.stride[3] = 1;
+  return t;
+}
+
 /* ------------------------------------------------------------ tiny path */
 
 /* y[j*ldy] (j < nout) = x . w[j] (+ b[j]), w [nout, nin] with strides (sw0, sw1). */
@@ -55,12 +67,23 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
   return macs <= TINY_MACS;
 }
 
-ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
-                                         int64_t nb, int64_t n,
-                         int64_t d_in, int64_t d_out) {
+ATTN_FMA_CLONES static attn_status forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                                int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;
   float *qkv = buf, *ctx = qkv + n * w3, *s = ctx + n * d_out, *f = s + n, *qs = f + n;
+  /* one batch item's heads [1, h, n, hd], strided views of its projections
+   * (rows of qkv), described once: each batch item refills qkv */
+  attn_tensor qh = head_view(qkv, 1, n, h, hd, w3), kh = head_view(qkv + d_out, 1, n, h, hd, w3),
+              vh = head_view(qkv + 2 * d_out, 1, n, h, hd, w3);
+  attn_sdpa_opts o = attn_sdpa_defaults();
+  o.scale = m->scale;
+  o.is_causal = m->mask == NULL;
+  o.mask = m->mask; /* a loaded mask buffer, as the math kernel's mask option */
+  attn_sdpa_problem p;
+  attn_status st = attn_sdpa_describe(&qh, &kh, &vh, &o, &p);
+  if (st != ATTN_OK) return st;
+  int64_t sk = attn_sdpa_row_stride(&p, &p.k), sv = attn_sdpa_row_stride(&p, &p.v);
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
     float *ob = out->data + b * n * d_out;
@@ -72,23 +95,18 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
     float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
     for (int64_t hh = 0; hh < h; hh++) {
       int64_t bi = b * h + hh, col = hh * hd;
+      attn_sdpa_slice sl;
+      attn_sdpa_slice_at(&p, hh, &sl);
       for (int64_t i = 0; i < n; i++) {
-        const float *qi = qkv + i * w3 + col;
-        for (int64_t d = 0; d < hd; d++) qs[d] = qi[d] * m->scale;
+        attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
         for (int64_t j = 0; j < n; j++) {
-          const float *kj = qkv + j * w3 + d_out + col;
+          const float *kj = sl.k + j * sk;
           float acc = 0.0f;
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        if (m->mask) { /* a loaded mask buffer, as the math kernel's mask option */
-          const float *mi = m->mask->data + i * m->mask->stride[0];
-          for (int64_t j = 0; j < n; j++)
-            if (mi[j * m->mask->stride[1]] != 0.0f) s[j] = -INFINITY;
-        } else {
-          for (int64_t j = i + 1; j < n; j++) s[j] = -INFINITY; /* causal */
-        }
-        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f);
+        attn_sdpa_modify_tile(&p, &sl, i, 1, 0, n, s, 0, 1);
+        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f, NULL);
         float *ci = c + i * d_out + col;
         if (hidden) { /* zeros, as the math kernel gives, even where v holds NaN */
           memset(ci, 0, (size_t)hd * sizeof(float));
@@ -96,7 +114,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         }
         for (int64_t d = 0; d < hd; d++) {
           float acc = 0.0f;
-          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], qkv[j * w3 + 2 * d_out + col + d], acc);
+          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], sl.v[j * sv + d], acc);
           ci[d] = acc;
         }
       }
@@ -104,6 +122,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
     if (m->wo)
       for (int64_t i = 0; i < n; i++) linear_row(ctx + i * d_out, d_out, m->wo, m->bo, ob + i * d_out, d_out);
   }
+  return ATTN_OK;
 }
 
 /* ------------------------------------------------------------ BLAS path */
@@ -127,16 +146,6 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
   }
 }
 
-/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
-static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
-  attn_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.ndim = 4;
-  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
-  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
-  return t;
-}
 
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
                                 int64_t n, int64_t d_in, int64_t d_out) {
@@ -158,7 +167,8 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
   linear_blas(x->data, rows, d_in, m->wv, m->bv, vp, d_out, d_out);
 
-  attn_tensor q = head_view(qp, nb, n, h, hd), k = head_view(kp, nb, n, h, hd), v = head_view(vp, nb, n, h, hd);
+  attn_tensor q = head_view(qp, nb, n, h, hd, d_out), k = head_view(kp, nb, n, h, hd, d_out),
+              v = head_view(vp, nb, n, h, hd, d_out);
   int64_t csize[4] = {nb, h, n, hd};
   attn_tensor c = attn_make(ctx, 4, csize);
   attn_sdpa_opts o = attn_sdpa_defaults();
@@ -167,8 +177,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   o.mask = m->mask;
   o.dropout_p = m->dropout_p;
   o.dropout_draw = m->dropout_draw;
-  attn_status st = attn_sdpa_prefer_flash(nb * h, n, n, hd, hd) ? attn_sdpa_flash(&q, &k, &v, &o, &c)
-                                                                  : attn_sdpa_math(&q, &k, &v, &o, &c, NULL);
+  attn_status st = attn_sdpa_run(ATTN_SDPA_AUTO, &q, &k, &v, &o, &c, NULL);
   if (st == ATTN_OK) {
     float *ct = ctx;
     if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
@@ -230,9 +239,6 @@ attn_status attn_self_attention_forward(const attn_self_attention *m, const attn
     return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
                      attn_shape_str(m->mask, b1, sizeof b1));
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
-  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
-    forward_tiny(m, x, out, nb, n, d_in, d_out);
-    return ATTN_OK;
-  }
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) return forward_tiny(m, x, out, nb, n, d_in, d_out);
   return forward_blas(m, x, out, nb, n, d_in, d_out);
 }
