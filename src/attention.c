@@ -52,7 +52,7 @@ typedef struct sdpa_ctx {
   attn_tensor *out, *weights;
   int64_t nblk;                    /* row blocks per slice */
   /* per-thread scratch block, in floats: qs, kp, vp, s (those used), f */
-  size_t off_kp, off_vp, off_s, off_f, block;
+  size_t off_kp, off_vp, off_s, off_f;
 } sdpa_ctx;
 
 int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
@@ -83,6 +83,13 @@ int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dr
   return 0;
 }
 
+/* dst[j * d0 + d * d1] = src[j * s0 + d * s1] for j < rows, d < cols. */
+static void pack(const float *src, int64_t rows, int64_t cols, int64_t s0, int64_t s1, float *dst, int64_t d0,
+                 int64_t d1) {
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t d = 0; d < cols; d++) dst[j * d0 + d * d1] = src[j * s0 + d * s1];
+}
+
 /* Work item `item` (slice bi = item / nblk, rows r0 .. r0 + R - 1) with the
  * calling thread's scratch block w. */
 static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
@@ -98,21 +105,15 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
   const float *k = sl.k;
   int64_t ldk = c->ldk;
   if (c->pack_k) { /* k^T packed as [E, Lk] */
-    float *kp = w + c->off_kp;
-    int64_t sk0 = attn_sdpa_row_stride(p, &p->k), sk1 = attn_sdpa_col_stride(p, &p->k);
-    for (int64_t j = 0; j < lk; j++)
-      for (int64_t d = 0; d < e; d++) kp[d * lk + j] = k[j * sk0 + d * sk1];
-    k = kp;
+    pack(k, lk, e, attn_sdpa_row_stride(p, &p->k), attn_sdpa_col_stride(p, &p->k), w + c->off_kp, 1, lk);
+    k = w + c->off_kp;
     ldk = lk;
   }
   const float *v = sl.v;
   int64_t ldv = c->ldv;
-  if (c->pack_v) {
-    float *vp = w + c->off_vp;
-    int64_t sv0 = attn_sdpa_row_stride(p, &p->v), sv1 = attn_sdpa_col_stride(p, &p->v);
-    for (int64_t j = 0; j < lk; j++)
-      for (int64_t d = 0; d < ev; d++) vp[j * ev + d] = v[j * sv0 + d * sv1];
-    v = vp;
+  if (c->pack_v) { /* v packed as [Lk, Ev] */
+    pack(v, lk, ev, attn_sdpa_row_stride(p, &p->v), attn_sdpa_col_stride(p, &p->v), w + c->off_vp, ev, 1);
+    v = w + c->off_vp;
     ldv = ev;
   }
   float *s = c->weights ? c->weights->data + (bi * lq + r0) * lk : w + c->off_s;
@@ -150,15 +151,6 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
   }
 }
 
-/* acc += a * b floats, in bytes-safe arithmetic; 0 on overflow. */
-static int add_floats(size_t *acc, int64_t a, int64_t b) {
-  size_t n;
-  if (__builtin_mul_overflow((size_t)a, (size_t)b, &n) || __builtin_add_overflow(*acc, n, acc)) return 0;
-  return 1;
-}
-
-
-
 attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                            const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
   sdpa_ctx c;
@@ -179,39 +171,28 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
   int64_t rb = c.p.lq < ATTN_ROW_BLOCK ? c.p.lq : ATTN_ROW_BLOCK;
   c.nblk = (c.p.lq + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
   size_t block = 0;
-  int ok = add_floats(&block, rb, c.p.e);
+  int ok = attn_sdpa_add_floats(&block, rb, c.p.e);
   c.off_kp = block;
-  if (c.pack_k) ok = ok && add_floats(&block, c.p.e, c.p.lk);
+  if (c.pack_k) ok = ok && attn_sdpa_add_floats(&block, c.p.e, c.p.lk);
   c.off_vp = block;
-  if (c.pack_v) ok = ok && add_floats(&block, c.p.lk, c.p.ev);
+  if (c.pack_v) ok = ok && attn_sdpa_add_floats(&block, c.p.lk, c.p.ev);
   c.off_s = block;
-  if (!weights) ok = ok && add_floats(&block, rb, c.p.lk);
+  if (!weights) ok = ok && attn_sdpa_add_floats(&block, rb, c.p.lk);
   c.off_f = block;
-  ok = ok && add_floats(&block, c.p.lk, 1);
-  c.block = block;
+  ok = ok && attn_sdpa_add_floats(&block, c.p.lk, 1);
+  attn_sdpa_work work;
+  if ((st = attn_sdpa_plan_work(&c.p, c.nblk, block, ok, &work)) != ATTN_OK) return st;
 
-  int64_t items;
-  if (__builtin_mul_overflow(nb, c.nblk, &items))
-    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
-  int nthreads = attn_threads_for(items);
-  size_t total = 0, bytes;
-  ok = ok && add_floats(&total, (int64_t)block, nthreads);
-  if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
-    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (Lq %lld, Lk %lld, E %lld, Ev %lld)",
-                     (long long)c.p.lq, (long long)c.p.lk, (long long)c.p.e, (long long)c.p.ev);
-  float *scratch = malloc(bytes ? bytes : 1);
-  if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
-
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {
     /* BLAS single-threaded in here, even in a team of one (this ICV is the
      * region's own copy: the caller's thread count is left as it was). */
     omp_set_num_threads(1);
-    float *w = scratch + block * (size_t)omp_get_thread_num();
+    float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
 #pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; it++) run_item(&c, it, w);
+    for (int64_t it = 0; it < work.items; it++) run_item(&c, it, w);
   }
-  free(scratch);
+  free(work.scratch);
   return ATTN_OK;
 }
 

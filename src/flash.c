@@ -64,7 +64,7 @@ typedef struct flash_ctx {
   const attn_flash_kernels *kr;    /* the instruction set's micro-kernel and softmax step */
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f, block; /* per-thread scratch, in floats */
+  size_t off_s, off_o, off_m, off_l, off_a, off_f; /* offsets in the per-thread scratch, in floats */
 } flash_ctx;
 
 /* One work item's state: its slice, its rows and its scratch tiles. */
@@ -174,13 +174,6 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   }
 }
 
-/* acc += a * b floats; 0 on overflow. */
-static int add_floats(size_t *acc, int64_t a, int64_t b) {
-  size_t n;
-  if (__builtin_mul_overflow((size_t)a, (size_t)b, &n) || __builtin_add_overflow(*acc, n, acc)) return 0;
-  return 1;
-}
-
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out) {
   flash_ctx c;
@@ -196,43 +189,30 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = add_floats(&block, c.p.e, BQ);
+  int ok = attn_sdpa_add_floats(&block, c.p.e, BQ);
   c.off_s = block;
-  ok = ok && add_floats(&block, BK, BQ);
+  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
   c.off_o = block;
-  ok = ok && add_floats(&block, c.p.ev, BQ);
+  ok = ok && attn_sdpa_add_floats(&block, c.p.ev, BQ);
   c.off_m = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_l = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_a = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_f = block;
-  ok = ok && add_floats(&block, BK, 1);
-  ok = ok && add_floats(&block, 16, 1); /* keeps the next thread's block 64-byte aligned */
-  block &= ~(size_t)15;
-  c.block = block;
-
-  int64_t items;
-  if (__builtin_mul_overflow(nb, c.nqblk, &items))
-    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
-  int nthreads = attn_threads_for(items);
-  size_t total = 0, bytes;
-  ok = ok && add_floats(&total, (int64_t)block, nthreads);
-  if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
-    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (E %lld, Ev %lld)", (long long)c.p.e,
-                     (long long)c.p.ev);
-  float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-  if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
+  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  attn_sdpa_work work;
+  if ((st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work)) != ATTN_OK) return st;
 
   /* dynamic hand-out of the items (heaviest first under causal masking) only
    * balances the load: every item is computed whole by one thread */
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {
-    float *w = scratch + block * (size_t)omp_get_thread_num();
+    float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) run_item(&c, it, w);
+    for (int64_t it = 0; it < work.items; it++) run_item(&c, it, w);
   }
-  free(scratch);
+  free(work.scratch);
   return ATTN_OK;
 }

@@ -4,11 +4,13 @@
  * when each wrote its own. */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention.h"
 #include "flash.h"
 #include "sdpa.h"
+#include "threads.h"
 
 attn_sdpa_opts attn_sdpa_defaults(void) {
   attn_sdpa_opts o;
@@ -225,6 +227,24 @@ attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb,
    * the math kernel is as fast or faster while a slice's scores fit in a few
    * tiles; past that the fused kernel wins and its memory stays O(tile) */
   return lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024 ? ATTN_SDPA_FLASH : ATTN_SDPA_MATH;
+}
+
+attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
+                                attn_sdpa_work *w) {
+  int64_t nb = attn_sizes_product(p->nbatch, p->batch);
+  if (__builtin_mul_overflow(nb, nblk, &w->items))
+    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)p->lq);
+  w->nthreads = attn_threads_for(w->items);
+  size_t total = 0, bytes;
+  int ok = block_ok && attn_sdpa_add_floats(&block, 15, 1);
+  w->block = block & ~(size_t)15;
+  ok = ok && attn_sdpa_add_floats(&total, (int64_t)w->block, w->nthreads);
+  if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes) || bytes > SIZE_MAX - 64)
+    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (Lq %lld, Lk %lld, E %lld, Ev %lld)",
+                     (long long)p->lq, (long long)p->lk, (long long)p->e, (long long)p->ev);
+  w->scratch = aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+  if (!w->scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
+  return ATTN_OK;
 }
 
 attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

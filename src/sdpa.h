@@ -181,6 +181,29 @@ attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb,
 attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                           const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights);
 
+/* acc += a * b floats, a scratch size being summed; 0 on overflow. */
+static inline int attn_sdpa_add_floats(size_t *acc, int64_t a, int64_t b) {
+  size_t n;
+  if (__builtin_mul_overflow((size_t)a, (size_t)b, &n) || __builtin_add_overflow(*acc, n, acc)) return 0;
+  return 1;
+}
+
+/* A driver's work: the problem's slices times nblk blocks each = items, run
+ * by nthreads threads (attn_threads_for), each with its own block of
+ * `block` floats (rounded up to 16: every block is 64-byte aligned) in
+ * scratch, which the driver free()s. */
+typedef struct attn_sdpa_work {
+  int64_t items;
+  int nthreads;
+  size_t block;
+  float *scratch;
+} attn_sdpa_work;
+
+/* Plan w for per-thread blocks of `block` floats (block_ok = 0 when summing
+ * it overflowed). Errors: ATTN_EOVERFLOW, ATTN_ENOMEM (nothing allocated). */
+attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
+                                attn_sdpa_work *w);
+
 /* 1 when mask holds a value other than 0 and 1 (NaN and +-inf included): its
  * 1-based index goes to at [mask->ndim] and the value to *value (the first
  * in row-major order); else 0. Every kernel refuses such a mask: a float
