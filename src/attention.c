@@ -1,8 +1,11 @@
-/* Scaled dot-product attention, "math" kernel: per (batch, head) slice,
- * in blocks of at most ATTN_ROW_BLOCK query rows:
+/* Scaled dot-product attention, "math" kernel, a driver over the attention
+ * core (src/sdpa.h: operands, q scaling, bias/mask/visible keys of a score
+ * tile): per (batch, head) slice, in blocks of at most ATTN_ROW_BLOCK query
+ * rows:
  *   Qs = fl(q * scale)            [R, E]    (packed, as torch 1.13 scales q)
  *   S  = Qs k^T                   [R, Lk]   (cblas_sgemm, k strided or packed)
- *   S  = S + bias, hidden -> -inf, row softmax (all hidden -> zeros), dropout
+ *   S  = S + bias, hidden or not visible -> -inf  (attn_sdpa_modify_tile)
+ *   row softmax (all hidden -> zeros; lse when asked for), dropout
  *   O  = S v                      [R, Ev]   (cblas_sgemm)
  *
  * Threads: the (slice, row block) items of the flattened batch run in one

@@ -1,10 +1,15 @@
-/* Attention kernels of the core: scaled dot-product attention with the
- * scores materialised ("math" kernel), one (batch, head) slice at a time.
+/* The "math" kernel of scaled dot-product attention: the scores
+ * materialised, one (batch, head) slice at a time, over OpenBLAS. One of the
+ * drivers of the attention core (src/sdpa.h: operands, score modification,
+ * visible keys, kernel choice); the others are the fused "flash" kernel
+ * (src/flash.h) and the modules' tiny direct loops (src/modules.c), which
+ * share this file's row softmax to give its bits.
  *
  * Shapes (PyTorch names): q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev];
  * mask and bias broadcast to [..., Lq, Lk]; the leading dims "..." of q, k, v,
  * mask and bias broadcast together (PyTorch rules) into the batch shape B.
- * out [B..., Lq, Ev], weights [B..., Lq, Lk], both contiguous, caller-owned. */
+ * out [B..., Lq, Ev], weights [B..., Lq, Lk], both contiguous, caller-owned;
+ * opts->lse (NULL or [B..., Lq]) gets each row's log-sum-exp. */
 #ifndef ATTN_ATTENTION_H
 #define ATTN_ATTENTION_H
 

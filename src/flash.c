@@ -1,18 +1,28 @@
 /* Scaled dot-product attention, fused ("flash") kernel, FlashAttention-2
- * style. A work item is one (slice bi, block of at most BQ query rows); its
+ * style: a driver over the attention core (src/sdpa.h), which describes the
+ * operands (attn_sdpa_prepare, attn_sdpa_slice_at), scales q
+ * (attn_sdpa_load_q), gives each query row its visible keys
+ * (attn_sdpa_row_keys: causal today) and modifies a score tile (bias, mask,
+ * the visible range: attn_sdpa_modify_tile), the same for the math kernel
+ * (src/attention.c) and the modules' tiny path (src/modules.c). What is
+ * flash's own is the tiling, the online softmax and the micro-kernels.
+ * A work item is one (slice bi, block of at most BQ query rows); its
  * tiles are kept transposed (query rows along the vector lanes), so the
  * online softmax is vectorised across rows and no K or V block is packed:
  *   Qt = fl(q * scale)^T                        [E, BQ]   packed once per item
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
- *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0:
+ *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0, within the
+ *   keys some row of the item sees (causal: blocks wholly above the diagonal
+ *   are never visited):
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
- *     St += bias^T, hidden -> -inf; causal: blocks wholly above the
- *       diagonal are never visited; in a block that crosses it each group
- *       of 16 rows stops at its last row's key (scores, softmax and P V all
- *       end there) and only that group's triangle is cut (row i keeps keys <= i)
+ *     St += bias^T, hidden or outside the row's visible keys -> -inf; a
+ *       block that some rows see only in part (causal: one that crosses the
+ *       diagonal) runs per group of 16 rows over the keys that group sees
+ *       (scores, softmax and P V all end at its last row's key)
  *     m' = max(m, colmax St); Pt = exp(St - m'); l' = exp(m - m') l + colsum Pt
  *     Pt = Pt / l'; Ot = (exp(m - m') l / l') Ot + V_blk^T Pt   micro-kernel
- *   out = Ot^T (zeros where every key was hidden)
+ *   out = Ot^T (zeros where every key was hidden); lse = m + log l when
+ *   asked for (-inf where every key was hidden), as the backward needs it
  *
  * Ot stays normalised: after each block it is a weighted mean of the values
  * seen so far (weights summing to 1), so |Ot| <= max |v| up to rounding, and

@@ -23,8 +23,10 @@
  * per query row, one division per output element at the end. Scratch memory
  * is O(threads x tile), never [Lq, Lk]. A query row whose keys are all hidden
  * gives zeros. The weights are never formed: a caller that needs them uses
- * attn_sdpa_math. Parallel over (batch, query block); the bits of out are the
- * same for any OMP_NUM_THREADS. dropout_p > 0 needs the RNG module. */
+ * attn_sdpa_math. opts->lse (NULL or [B..., Lq]) gets each row's
+ * log-sum-exp, m + log l from the online softmax. Parallel over (batch,
+ * query block); the bits of out are the same for any OMP_NUM_THREADS.
+ * dropout_p > 0 needs the RNG module. */
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out);
 

@@ -8,7 +8,6 @@
 
 #include "attention.h"
 #include "rng.h"
-#include "flash.h"
 #include "attn_lua.h"
 
 static const char *const SDPA = "attn.scaled_dot_product_attention";
@@ -75,17 +74,14 @@ static double number_option(lua_State *L, int arg, const char *name, int *presen
 }
 
 /* Run the kernel on tensors q, k, v with opts, pushing out (and weights,
- * and lse). The kernel comes from the core's one choice
- * (attn_sdpa_choose_kernel), as for the modules. */
+ * and lse). attn_sdpa_run makes the core's one choice for "auto", as for
+ * the modules (the fused kernel unless the weights are asked for or the
+ * input is small). */
 static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, attn_tensor *v, attn_sdpa_opts *o,
                int need_weights, int return_lse, attn_sdpa_kernel kernel) {
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   if (attn_sdpa_shape(q, k, v, o->mask, o->bias, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
-  const char *why;
-  kernel = attn_sdpa_choose_kernel(kernel, attn_sizes_product(ndim - 2, size), q->size[q->ndim - 2],
-                                   k->size[k->ndim - 2], q->size[q->ndim - 1], v->size[v->ndim - 1], need_weights, &why);
-  if (kernel == ATTN_SDPA_AUTO) attnL_error(L, fname, "%s; use kernel = \"math\" or \"auto\"", why);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fname);
   attn_tensor *w = NULL;
   if (need_weights) {
@@ -97,8 +93,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
     o->dropout_draw = attn_rng_u32(attnL_generator(L));
   }
-  attn_status st = kernel == ATTN_SDPA_FLASH ? attn_sdpa_flash(q, k, v, o, out) : attn_sdpa_math(q, k, v, o, out, w);
-  if (st != ATTN_OK) attnL_core_error(L, fname);
+  if (attn_sdpa_run(kernel, q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
   return 1 + need_weights + return_lse;
 }
 

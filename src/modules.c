@@ -4,13 +4,17 @@
  *  - tiny problems (the notebooks' [2, 6, 3] batches): direct loops on the
  *    calling thread. A Linear output is an FMA chain over d_in from 0 (as the
  *    sgemm micro-kernel accumulates), then + bias; the attention rows follow
- *    the math kernel (q scaled in float32, causal -inf, max-subtracted expf,
- *    sum in double, one reciprocal, dropout factors by element index). No
- *    BLAS call and no OpenMP region: at this size their fixed costs (and an
- *    OpenMP team waking up on a loaded machine) are the whole call.
+ *    the math kernel through the attention core (src/sdpa.h: the heads are
+ *    described as strided views of the projections, q scaled in float32,
+ *    mask/causal by attn_sdpa_modify_tile) and its row softmax
+ *    (max-subtracted expf, sum in double, one reciprocal, dropout factors by
+ *    element index). No BLAS call and no OpenMP region: at this size their
+ *    fixed costs (and an OpenMP team waking up on a loaded machine) are the
+ *    whole call.
  *  - everything else: one sgemm per projection (the heads are strided views
  *    of its output, no copy), the attention kernel that kernel = "auto"
- *    would pick, one transpose of the context and out_proj. */
+ *    picks (attn_sdpa_run: the core's one choice), one transpose of the
+ *    context and out_proj. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -145,7 +149,6 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
     for (int64_t j = 0; j < nout; j++) yr[j] = yr[j] + bd[j * sb];
   }
 }
-
 
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
                                 int64_t n, int64_t d_in, int64_t d_out) {

@@ -249,7 +249,7 @@ attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t
 
 attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                           const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
-  if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) /* the kernels word the error */
+  if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) /* no sizes to choose by: the math kernel words the error */
     return attn_sdpa_math(q, k, v, opts, out, weights);
   int64_t nb = attn_sizes_product(out->ndim > 2 ? out->ndim - 2 : 0, out->size);
   const char *why;
