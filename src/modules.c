@@ -36,15 +36,18 @@
 /* Elements above which an elementwise pass over a projection is threaded. */
 #define PARALLEL_ELEMS (1 << 16)
 
-/* A [B, h, n, hd] view of one of Q, K, V ([B*n, ld] rows, heads side by
- * side from column 0): heads by strides, no copy. */
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n] rows of ld floats, heads
+ * side by side from column 0): heads by strides, no copy. B = 0 gives the
+ * [h, n, hd] view of one batch item (one batch dim: cheaper to address). */
 static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
   attn_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
-  t.ndim = 4;
-  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
-  t.stride[0] = n * ld, t.stride[1] = hd, t.stride[2] = ld, t.stride[3] = 1;
+  int lead = nb > 0;
+  t.ndim = 3 + lead;
+  if (lead) t.size[0] = nb, t.stride[0] = n * ld;
+  t.size[lead] = h, t.size[lead + 1] = n, t.size[lead + 2] = hd;
+  t.stride[lead] = hd, t.stride[lead + 1] = ld, t.stride[lead + 2] = 1;
   return t;
 }
 
@@ -76,10 +79,10 @@ ATTN_FMA_CLONES static attn_status forward_tiny(const attn_self_attention *m, co
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;
   float *qkv = buf, *ctx = qkv + n * w3, *s = ctx + n * d_out, *f = s + n, *qs = f + n;
-  /* one batch item's heads [1, h, n, hd], strided views of its projections
+  /* one batch item's heads [h, n, hd], strided views of its projections
    * (rows of qkv), described once: each batch item refills qkv */
-  attn_tensor qh = head_view(qkv, 1, n, h, hd, w3), kh = head_view(qkv + d_out, 1, n, h, hd, w3),
-              vh = head_view(qkv + 2 * d_out, 1, n, h, hd, w3);
+  attn_tensor qh = head_view(qkv, 0, n, h, hd, w3), kh = head_view(qkv + d_out, 0, n, h, hd, w3),
+              vh = head_view(qkv + 2 * d_out, 0, n, h, hd, w3);
   attn_sdpa_opts o = attn_sdpa_defaults();
   o.scale = m->scale;
   o.is_causal = m->mask == NULL;

@@ -184,14 +184,16 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
   return ATTN_OK;
 }
 
-/* The offset of slice bi in t, expanded to [B..., rows, cols]. */
+/* The offset of slice bi in t, expanded to [B..., rows, cols]. The
+ * outermost dim needs no remainder (bi < B): one batch dim (heads, or the
+ * modules' tiny path) costs no division. */
 static int64_t slice_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
   int64_t off = 0;
-  for (int d = p->nbatch - 1; d >= 0; d--) {
+  for (int d = p->nbatch - 1; d > 0; d--) {
     off += (bi % p->batch[d]) * t->stride[d];
     bi /= p->batch[d];
   }
-  return off;
+  return p->nbatch > 0 ? off + bi * t->stride[0] : off;
 }
 
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s) {
