@@ -36,18 +36,14 @@
 /* Elements above which an elementwise pass over a projection is threaded. */
 #define PARALLEL_ELEMS (1 << 16)
 
-/* A [B, h, n, hd] view of one of Q, K, V ([B*n] rows of ld floats, heads
- * side by side from column 0): heads by strides, no copy. B = 0 gives the
- * [h, n, hd] view of one batch item (one batch dim: cheaper to address). */
-static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
+static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
   attn_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
-  int lead = nb > 0;
-  t.ndim = 3 + lead;
-  if (lead) t.size[0] = nb, t.stride[0] = n * ld;
-  t.size[lead] = h, t.size[lead + 1] = n, t.size[lead + 2] = hd;
-  t.stride[lead] = hd, t.stride[lead + 1] = ld, t.stride[lead + 2] = 1;
+  t.ndim = 4;
+  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
+  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
   return t;
 }
 
@@ -74,22 +70,15 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
   return macs <= TINY_MACS;
 }
 
-ATTN_FMA_CLONES static attn_status forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                                                 int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;
   float *qkv = buf, *ctx = qkv + n * w3, *s = ctx + n * d_out, *f = s + n, *qs = f + n;
   /* one batch item's heads [h, n, hd], strided views of its projections
    * (rows of qkv), described once: each batch item refills qkv */
-  attn_tensor qh = head_view(qkv, 0, n, h, hd, w3), kh = head_view(qkv + d_out, 0, n, h, hd, w3),
-              vh = head_view(qkv + 2 * d_out, 0, n, h, hd, w3);
-  attn_sdpa_opts o = attn_sdpa_defaults();
-  o.scale = m->scale;
-  o.is_causal = m->mask == NULL;
-  o.mask = m->mask; /* a loaded mask buffer, as the math kernel's mask option */
   attn_sdpa_problem p;
-  attn_status st = attn_sdpa_describe(&qh, &kh, &vh, &o, &p);
-  if (st != ATTN_OK) return st;
+  attn_sdpa_describe_heads(qkv, h, n, hd, w3, m->mask, m->mask == NULL, m->scale, &p);
   int64_t sk = attn_sdpa_row_stride(&p, &p.k), sv = attn_sdpa_row_stride(&p, &p.v);
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
@@ -129,7 +118,6 @@ ATTN_FMA_CLONES static attn_status forward_tiny(const attn_self_attention *m, co
     if (m->wo)
       for (int64_t i = 0; i < n; i++) linear_row(ctx + i * d_out, d_out, m->wo, m->bo, ob + i * d_out, d_out);
   }
-  return ATTN_OK;
 }
 
 /* ------------------------------------------------------------ BLAS path */
@@ -173,8 +161,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
   linear_blas(x->data, rows, d_in, m->wv, m->bv, vp, d_out, d_out);
 
-  attn_tensor q = head_view(qp, nb, n, h, hd, d_out), k = head_view(kp, nb, n, h, hd, d_out),
-              v = head_view(vp, nb, n, h, hd, d_out);
+  attn_tensor q = head_view(qp, nb, n, h, hd), k = head_view(kp, nb, n, h, hd), v = head_view(vp, nb, n, h, hd);
   int64_t csize[4] = {nb, h, n, hd};
   attn_tensor c = attn_make(ctx, 4, csize);
   attn_sdpa_opts o = attn_sdpa_defaults();
@@ -245,6 +232,9 @@ attn_status attn_self_attention_forward(const attn_self_attention *m, const attn
     return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
                      attn_shape_str(m->mask, b1, sizeof b1));
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
-  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) return forward_tiny(m, x, out, nb, n, d_in, d_out);
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    forward_tiny(m, x, out, nb, n, d_in, d_out);
+    return ATTN_OK;
+  }
   return forward_blas(m, x, out, nb, n, d_in, d_out);
 }

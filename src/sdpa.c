@@ -165,6 +165,35 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
   return ATTN_OK;
 }
 
+void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int64_t ld, const attn_tensor *mask,
+                              int is_causal, float scale, attn_sdpa_problem *p) {
+  p->nbatch = 1;
+  p->batch[0] = h;
+  p->lq = p->lk = n;
+  p->e = p->ev = hd;
+  attn_tensor *views[3] = {&p->q, &p->k, &p->v};
+  for (int i = 0; i < 3; i++) {
+    attn_tensor *t = views[i];
+    t->data = qkv + i * h * hd;
+    t->ndim = 3;
+    t->size[0] = h, t->size[1] = n, t->size[2] = hd;
+    t->stride[0] = hd, t->stride[1] = ld, t->stride[2] = 1;
+  }
+  p->has_mask = mask != NULL;
+  if (mask) { /* [n, n] broadcast over the heads */
+    p->mask = *mask;
+    p->mask.ndim = 3;
+    p->mask.size[0] = h, p->mask.size[1] = n, p->mask.size[2] = n;
+    p->mask.stride[0] = 0, p->mask.stride[1] = mask->stride[0], p->mask.stride[2] = mask->stride[1];
+  }
+  p->has_bias = 0;
+  p->scale = scale;
+  p->is_causal = is_causal;
+  p->dropout_p = 0.0; /* the tiny path draws its dropout factors itself (positions over the whole batch) */
+  p->dropout_draw = 0;
+  p->lse = NULL;
+}
+
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                               const attn_sdpa_opts *opts, const attn_tensor *out, const attn_tensor *weights,
                               attn_sdpa_problem *p) {

@@ -61,6 +61,16 @@ typedef struct attn_sdpa_problem {
 attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_opts *opts, attn_sdpa_problem *p);
 
+/* The problem of one batch item of a self-attention module's heads, already
+ * validated by its caller (src/modules.c): q, k, v are [h, n, hd] strided
+ * views of projections laid side by side in rows of ld floats (q at qkv, k
+ * at qkv + d_out, v at qkv + 2 d_out, d_out = h hd), mask NULL (then causal
+ * when is_causal) or [n, n] of 0 and 1. The same descriptor as
+ * attn_sdpa_describe gives for those views, without its checks (the tiny
+ * module path builds one per call, where the checks cost 10% of a call). */
+void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int64_t ld, const attn_tensor *mask,
+                              int is_causal, float scale, attn_sdpa_problem *p);
+
 /* attn_sdpa_describe, and out [B..., Lq, Ev] and weights (NULL or
  * [B..., Lq, Lk]) contiguous: what the kernels' entry points check. */
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
