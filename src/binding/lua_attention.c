@@ -8,15 +8,14 @@
 
 #include "attention.h"
 #include "rng.h"
-#include "flash.h"
 #include "attn_lua.h"
 
 static const char *const SDPA = "attn.scaled_dot_product_attention";
 static const char *const SIMPLE = "attn.simple_attention";
 
-static const char *const option_names[] = {"mask", "bias", "is_causal", "scale", "dropout_p", "need_weights", "kernel",
-                                           NULL};
-#define OPTION_LIST "mask, bias, is_causal, scale, dropout_p, need_weights, kernel"
+static const char *const option_names[] = {"mask",         "bias",   "is_causal",  "scale", "dropout_p",
+                                           "need_weights", "kernel", "return_lse", NULL};
+#define OPTION_LIST "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse"
 
 /* Every key of the opts table at arg must be a known option name. */
 static void check_option_keys(lua_State *L, int arg) {
@@ -73,13 +72,12 @@ static double number_option(lua_State *L, int arg, const char *name, int *presen
   return r;
 }
 
-enum { KERNEL_AUTO, KERNEL_MATH, KERNEL_FLASH };
-
-/* Run the kernel on tensors q, k, v with opts, pushing out (and weights).
- * "auto" takes the fused kernel unless the weights are asked for or the
- * input is small (attn_sdpa_prefer_flash: the measured crossover). */
+/* Run the kernel on tensors q, k, v with opts, pushing out (and weights,
+ * and lse). attn_sdpa_run makes the core's one choice for "auto", as for
+ * the modules (the fused kernel unless the weights are asked for or the
+ * input is small). */
 static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, attn_tensor *v, attn_sdpa_opts *o,
-               int need_weights, int kernel) {
+               int need_weights, int return_lse, attn_sdpa_kernel kernel) {
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   if (attn_sdpa_shape(q, k, v, o->mask, o->bias, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
@@ -89,20 +87,13 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     size[ndim - 1] = k->size[k->ndim - 2];
     w = attnL_push_uninit(L, ndim, size, fname);
   }
+  o->lse = return_lse ? attnL_push_uninit(L, ndim - 1, size, fname) : NULL;
   if (o->dropout_p > 0.0) {
     /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
     o->dropout_draw = attn_rng_u32(attnL_generator(L));
   }
-  if (kernel == KERNEL_AUTO) {
-    int64_t nb = attn_sizes_product(ndim - 2, size);
-    kernel = !need_weights && attn_sdpa_prefer_flash(nb, q->size[q->ndim - 2], k->size[k->ndim - 2],
-                                                     q->size[q->ndim - 1], v->size[v->ndim - 1])
-                 ? KERNEL_FLASH
-                 : KERNEL_MATH;
-  }
-  attn_status st = kernel == KERNEL_FLASH ? attn_sdpa_flash(q, k, v, o, out) : attn_sdpa_math(q, k, v, o, out, w);
-  if (st != ATTN_OK) attnL_core_error(L, fname);
-  return need_weights ? 2 : 1;
+  if (attn_sdpa_run(kernel, q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
+  return 1 + need_weights + return_lse;
 }
 
 static int l_sdpa(lua_State *L) {
@@ -111,7 +102,8 @@ static int l_sdpa(lua_State *L) {
   attn_tensor *k = attnL_check(L, 2, SDPA, "k");
   attn_tensor *v = attnL_check(L, 3, SDPA, "v");
   attn_sdpa_opts o = attn_sdpa_defaults();
-  int need_weights = 0, have_scale = 0, have_p = 0, kernel = KERNEL_AUTO;
+  int need_weights = 0, return_lse = 0, have_scale = 0, have_p = 0;
+  attn_sdpa_kernel kernel = ATTN_SDPA_AUTO;
   double scale = 0.0;
   if (!lua_isnoneornil(L, 4)) {
     if (!lua_istable(L, 4) || attnL_test(L, 4))
@@ -122,6 +114,7 @@ static int l_sdpa(lua_State *L) {
     o.bias = tensor_option(L, 4, "bias");   /* stays on the stack */
     o.is_causal = bool_option(L, 4, "is_causal");
     need_weights = bool_option(L, 4, "need_weights");
+    return_lse = bool_option(L, 4, "return_lse");
     scale = number_option(L, 4, "scale", &have_scale);
     /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
@@ -139,25 +132,22 @@ static int l_sdpa(lua_State *L) {
                     luaL_typename(L, -1));
       const char *kn = lua_tostring(L, -1);
       if (strcmp(kn, "flash") == 0)
-        kernel = KERNEL_FLASH;
+        kernel = ATTN_SDPA_FLASH;
       else if (strcmp(kn, "math") == 0)
-        kernel = KERNEL_MATH;
+        kernel = ATTN_SDPA_MATH;
       else if (strcmp(kn, "auto") != 0)
         attnL_error(L, SDPA, "unknown kernel \"%s\" (expected \"auto\", \"math\" or \"flash\")", kn);
     }
     lua_pop(L, 1);
-    /* the fused kernel never forms the [Lq, Lk] weights: asking for both is
-     * an error rather than a silent fallback that would break its O(tile)
-     * memory promise ("auto" takes the math kernel for need_weights) */
-    if (kernel == KERNEL_FLASH && need_weights)
-      attnL_error(L, SDPA, "kernel \"flash\" does not form the attention weights (need_weights = true); "
-                           "use kernel = \"math\" or \"auto\"");
+    /* checked before the shapes, as the other options are */
+    const char *why = attn_sdpa_kernel_refuses(kernel, need_weights);
+    if (why) attnL_error(L, SDPA, "%s; use kernel = \"math\" or \"auto\"", why);
   }
   if (q->ndim >= 1) {
     int64_t e = q->size[q->ndim - 1];
     o.scale = have_scale ? (float)scale : (float)(1.0 / sqrt((double)e));
   }
-  return run(L, SDPA, q, k, v, &o, need_weights, kernel);
+  return run(L, SDPA, q, k, v, &o, need_weights, return_lse, kernel);
 }
 
 static int l_simple(lua_State *L) {
@@ -170,7 +160,7 @@ static int l_simple(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) attnL_error(L, SIMPLE, "takes one argument, got %d", lua_gettop(L));
   attn_sdpa_opts o = attn_sdpa_defaults();
   o.scale = 1.0f;
-  return run(L, SIMPLE, x, x, x, &o, 0, KERNEL_MATH);
+  return run(L, SIMPLE, x, x, x, &o, 0, 0, ATTN_SDPA_MATH);
 }
 
 static const luaL_Reg funcs[] = {

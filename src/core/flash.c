@@ -1,18 +1,28 @@
 /* Scaled dot-product attention, fused ("flash") kernel, FlashAttention-2
- * style. A work item is one (slice bi, block of at most BQ query rows); its
+ * style: a driver over the attention core (src/core/sdpa.h), which describes the
+ * operands (attn_sdpa_prepare, attn_sdpa_slice_at), scales q
+ * (attn_sdpa_load_q), gives each query row its visible keys
+ * (attn_sdpa_row_keys: causal today) and modifies a score tile (bias, mask,
+ * the visible range: attn_sdpa_modify_tile), the same for the math kernel
+ * (src/core/attention.c) and the modules' tiny path (src/core/modules.c). What is
+ * flash's own is the tiling, the online softmax and the micro-kernels.
+ * A work item is one (slice bi, block of at most BQ query rows); its
  * tiles are kept transposed (query rows along the vector lanes), so the
  * online softmax is vectorised across rows and no K or V block is packed:
  *   Qt = fl(q * scale)^T                        [E, BQ]   packed once per item
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
- *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0:
+ *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0, within the
+ *   keys some row of the item sees (causal: blocks wholly above the diagonal
+ *   are never visited):
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
- *     St += bias^T, hidden -> -inf; causal: blocks wholly above the
- *       diagonal are never visited; in a block that crosses it each group
- *       of 16 rows stops at its last row's key (scores, softmax and P V all
- *       end there) and only that group's triangle is cut (row i keeps keys <= i)
+ *     St += bias^T, hidden or outside the row's visible keys -> -inf; a
+ *       block that some rows see only in part (causal: one that crosses the
+ *       diagonal) runs per group of 16 rows over the keys that group sees
+ *       (scores, softmax and P V all end at its last row's key)
  *     m' = max(m, colmax St); Pt = exp(St - m'); l' = exp(m - m') l + colsum Pt
  *     Pt = Pt / l'; Ot = (exp(m - m') l / l') Ot + V_blk^T Pt   micro-kernel
- *   out = Ot^T (zeros where every key was hidden)
+ *   out = Ot^T (zeros where every key was hidden); lse = m + log l when
+ *   asked for (-inf where every key was hidden), as the backward needs it
  *
  * Ot stays normalised: after each block it is a weighted mean of the values
  * seen so far (weights summing to 1), so |Ot| <= max |v| up to rounding, and
@@ -60,71 +70,42 @@ const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
 /* ---------------------------------------------------------------- context */
 
 typedef struct flash_ctx {
-  attn_sdpa_problem p;             /* the shapes and expanded operands */
-  int causal;
-  float scale;
-  const attn_sdpa_opts *o;
+  attn_sdpa_problem p;             /* the shapes, expanded operands and options */
   const attn_flash_kernels *kr;    /* the instruction set's micro-kernel and softmax step */
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f, block; /* per-thread scratch, in floats */
+  size_t off_s, off_o, off_m, off_l, off_a, off_f; /* offsets in the per-thread scratch, in floats */
 } flash_ctx;
-
-static int64_t batch_offset(const flash_ctx *c, const attn_tensor *t, int64_t bi) {
-  int64_t off = 0;
-  for (int d = c->p.nbatch - 1; d >= 0; d--) {
-    off += (bi % c->p.batch[d]) * t->stride[d];
-    bi /= c->p.batch[d];
-  }
-  return off;
-}
-
-/* Bias and mask of row i, keys [k0, k0 + n), onto the column s (stride BQ). */
-static void bias_mask_row(const flash_ctx *c, int64_t bi, int64_t i, int64_t k0, int64_t n, float *s) {
-  int nb = c->p.nbatch;
-  if (c->p.has_bias) {
-    int64_t sb = c->p.bias.stride[nb + 1];
-    const float *b = c->p.bias.data + batch_offset(c, &c->p.bias, bi) + i * c->p.bias.stride[nb] + k0 * sb;
-    for (int64_t j = 0; j < n; j++) s[j * BQ] = s[j * BQ] + b[j * sb];
-  }
-  if (c->p.has_mask) {
-    int64_t sm = c->p.mask.stride[nb + 1];
-    const float *m = c->p.mask.data + batch_offset(c, &c->p.mask, bi) + i * c->p.mask.stride[nb] + k0 * sm;
-    for (int64_t j = 0; j < n; j++)
-      if (m[j * sm] != 0.0f) s[j * BQ] = -INFINITY;
-  }
-}
 
 /* One work item's state: its slice, its rows and its scratch tiles. */
 typedef struct flash_item {
-  int64_t bi, r0, rows;          /* slice, first query row, rows (<= BQ) */
-  const float *kb, *vb;          /* the slice's K and V */
-  int64_t sk0, sk1, sv0, sv1;    /* their row and column strides */
+  attn_sdpa_slice sl;            /* the slice's operands */
+  int64_t r0, rows;              /* first query row, rows (<= BQ) */
+  int64_t sk0, sk1, sv0, sv1;    /* K's and V's row and column strides */
   float *qt, *st, *ot, *m, *l, *a, *f; /* a: the rescale of Ot at each step */
 } flash_item;
 
 /* One online-softmax step of the padded rows [g0, g0 + n_p) (n_p a multiple
- * of 16) over the keys [k0, k0 + kn): scores, bias/mask, causal cut, softmax,
- * dropout, Ot = a Ot + V^T P. Each micro-tile's sums run in a fixed order. */
+ * of 16) over the keys [k0, k0 + kn): scores, bias/mask/visible range,
+ * softmax, dropout, Ot = a Ot + V^T P. Each micro-tile's sums run in a fixed
+ * order. */
 static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_t n_p, int64_t k0, int64_t kn) {
-  int64_t r0 = t->r0, ev = c->p.ev;
+  const attn_sdpa_problem *p = &c->p;
+  int64_t r0 = t->r0, ev = p->ev;
   float *st = t->st;
   /* St = K_blk Qt */
-  if (c->p.e > 0) {
-    c->kr->gemm_t(t->qt + g0, BQ, c->p.e, n_p, t->kb + k0 * t->sk0, t->sk1, t->sk0, kn, st + g0, BQ, 0);
+  if (p->e > 0) {
+    c->kr->gemm_t(t->qt + g0, BQ, p->e, n_p, t->sl.k + k0 * t->sk0, t->sk1, t->sk0, kn, st + g0, BQ, 0);
   } else {
     for (int64_t j = 0; j < kn; j++) memset(st + j * BQ + g0, 0, (size_t)n_p * sizeof(float));
   }
   int64_t i_end = g0 + n_p < t->rows ? g0 + n_p : t->rows; /* real (not padded) rows */
-  if (c->p.has_bias || c->p.has_mask)
-    for (int64_t i = g0; i < i_end; i++) bias_mask_row(c, t->bi, r0 + i, k0, kn, st + i);
-  if (c->causal && k0 + kn - 1 > r0 + g0) /* the keys cross the diagonal: row i keeps keys <= i */
-    for (int64_t j = 0; j < kn; j++)
-      for (int64_t i = g0; i < g0 + n_p && r0 + i < k0 + j; i++) st[j * BQ + i] = -INFINITY;
+  /* the tile is transposed: row i at column stride BQ */
+  attn_sdpa_modify_tile(p, &t->sl, r0 + g0, i_end - g0, k0, kn, st + g0, 1, BQ);
   for (int64_t g = g0; g < g0 + n_p; g += MR) c->kr->softmax_step16(st + g, BQ, kn, t->m + g, t->l + g, t->a + g);
-  if (c->o->dropout_p > 0.0) {
+  if (p->dropout_p > 0.0) {
     for (int64_t i = g0; i < i_end; i++) {
-      attn_dropout_factors(c->o->dropout_draw, c->o->dropout_p, (t->bi * c->p.lq + r0 + i) * c->p.lk + k0, kn, t->f);
+      attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->sl.bi * p->lq + r0 + i) * p->lk + k0, kn, t->f);
       for (int64_t j = 0; j < kn; j++) st[j * BQ + i] *= t->f[j];
     }
   }
@@ -133,15 +114,16 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
     float *od = t->ot + d * BQ;
     for (int64_t i = g0; i < g0 + n_p; i++) od[i] *= t->a[i];
   }
-  c->kr->gemm_t(st + g0, BQ, kn, n_p, t->vb + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, 1);
+  c->kr->gemm_t(st + g0, BQ, kn, n_p, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, 1);
 }
 
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
-  int64_t lq = c->p.lq, lk = c->p.lk, e = c->p.e, ev = c->p.ev;
-  int nb = c->p.nbatch;
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, e = p->e, ev = p->ev;
   flash_item t;
-  t.bi = item / c->nqblk;
+  int64_t bi = item / c->nqblk;
+  attn_sdpa_slice_at(p, bi, &t.sl);
   /* the last query blocks first: under causal masking they have the most keys */
   t.r0 = (c->nqblk - 1 - item % c->nqblk) * BQ;
   t.rows = lq - t.r0 < BQ ? lq - t.r0 : BQ;
@@ -155,45 +137,39 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   t.a = w + c->off_a;
   t.f = w + c->off_f;
 
-  const float *q = c->p.q.data + batch_offset(c, &c->p.q, t.bi);
-  int64_t sq0 = c->p.q.stride[nb], sq1 = c->p.q.stride[nb + 1];
-  float scale = c->scale;
-  for (int64_t d = 0; d < e; d++) {
-    for (int64_t i = 0; i < rows; i++) t.qt[d * BQ + i] = q[(r0 + i) * sq0 + d * sq1] * scale;
+  attn_sdpa_load_q(p, &t.sl, r0, rows, t.qt, 1, BQ);
+  for (int64_t d = 0; d < e; d++)
     for (int64_t i = rows; i < rows_p; i++) t.qt[d * BQ + i] = 0.0f;
-  }
   for (int64_t i = 0; i < rows_p; i++) {
     t.m[i] = -INFINITY;
     t.l[i] = 0.0f;
   }
   for (int64_t d = 0; d < ev; d++) memset(t.ot + d * BQ, 0, (size_t)rows_p * sizeof(float));
+  t.sk0 = attn_sdpa_row_stride(p, &p->k);
+  t.sk1 = attn_sdpa_col_stride(p, &p->k);
+  t.sv0 = attn_sdpa_row_stride(p, &p->v);
+  t.sv1 = attn_sdpa_col_stride(p, &p->v);
 
-  /* keys [0, kend): causal rows r0 .. r0 + rows - 1 see keys up to r0 + rows - 1 */
-  int64_t kend = lk;
-  if (c->causal && r0 + rows < kend) kend = r0 + rows;
-  t.kb = c->p.k.data + batch_offset(c, &c->p.k, t.bi);
-  t.vb = c->p.v.data + batch_offset(c, &c->p.v, t.bi);
-  t.sk0 = c->p.k.stride[nb];
-  t.sk1 = c->p.k.stride[nb + 1];
-  t.sv0 = c->p.v.stride[nb];
-  t.sv1 = c->p.v.stride[nb + 1];
-
-  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
-    int64_t bk = kend - k0 < BK ? kend - k0 : BK;
-    if (c->causal && k0 + bk - 1 > r0) {
-      /* a block that crosses the diagonal: the 16 rows from g need only the
-       * keys < r0 + g + 16, so each group stops there (scores, softmax and
-       * P V), instead of computing the whole rectangle and cutting it */
-      for (int64_t g = 0; g < rows_p; g += MR) {
-        int64_t kg = r0 + g + MR - k0 < bk ? r0 + g + MR - k0 : bk;
-        if (kg > 0) key_step(c, &t, g, MR, k0, kg); /* kg <= 0: every key is hidden, nothing changes */
+  /* only the keys some row of the item sees are visited (causal: blocks
+   * wholly above the diagonal never are) */
+  attn_key_range seen = attn_sdpa_rows_keys(p, r0, rows), common = attn_sdpa_common_keys(p, r0, rows);
+  for (int64_t k0 = seen.begin; k0 < seen.end; k0 += BK) {
+    int64_t bk = seen.end - k0 < BK ? seen.end - k0 : BK;
+    if (k0 < common.begin || k0 + bk > common.end) {
+      /* a block that some rows see only in part (causal: it crosses the
+       * diagonal): each group of 16 rows visits only the keys it sees
+       * (scores, softmax and P V), instead of the whole rectangle cut after */
+      for (int64_t g = 0; g < rows; g += MR) {
+        attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g, rows - g < MR ? rows - g : MR);
+        int64_t kb = gk.begin > k0 ? gk.begin : k0, ke = gk.end < k0 + bk ? gk.end : k0 + bk;
+        if (ke > kb) key_step(c, &t, g, MR, kb, ke - kb); /* else the group sees none: nothing changes */
       }
     } else {
       key_step(c, &t, 0, rows_p, k0, bk);
     }
   }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */
-  float *o = c->out->data + (t.bi * lq + r0) * ev;
+  float *o = c->out->data + (bi * lq + r0) * ev;
   for (int64_t i = 0; i < rows; i++) {
     float *oi = o + i * ev;
     if (t.m[i] == -INFINITY) {
@@ -202,23 +178,10 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i];
     }
   }
-}
-
-/* acc += a * b floats; 0 on overflow. */
-static int add_floats(size_t *acc, int64_t a, int64_t b) {
-  size_t n;
-  if (__builtin_mul_overflow((size_t)a, (size_t)b, &n) || __builtin_add_overflow(*acc, n, acc)) return 0;
-  return 1;
-}
-
-int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev) {
-  (void)nb;
-  (void)e;
-  (void)ev;
-  /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
-   * the math kernel is as fast or faster while a slice's scores fit in a few
-   * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  return lk > 2 * BK / 4 && lq * lk >= 64 * 1024;
+  if (p->lse) {
+    float *lse = p->lse->data + bi * lq + r0;
+    for (int64_t i = 0; i < rows; i++) lse[i] = attn_sdpa_lse_of(t.m[i], (double)t.l[i]);
+  }
 }
 
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -227,55 +190,39 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   memset(&c, 0, sizeof c);
   attn_status st = attn_sdpa_prepare(q, k, v, opts, out, NULL, &c.p);
   if (st != ATTN_OK) return st;
-  c.o = opts;
   c.kr = attn_cpu_kernels();
-  c.scale = opts->scale;
-  c.causal = opts->is_causal;
   c.out = out;
 
   int64_t nb = attn_sizes_product(c.p.nbatch, c.p.batch);
-  if (nb == 0 || c.p.lq == 0 || c.p.ev == 0) return ATTN_OK;
+  if (nb == 0 || c.p.lq == 0 || (c.p.ev == 0 && !c.p.lse)) return ATTN_OK;
 
   /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = add_floats(&block, c.p.e, BQ);
+  int ok = attn_sdpa_add_floats(&block, c.p.e, BQ);
   c.off_s = block;
-  ok = ok && add_floats(&block, BK, BQ);
+  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
   c.off_o = block;
-  ok = ok && add_floats(&block, c.p.ev, BQ);
+  ok = ok && attn_sdpa_add_floats(&block, c.p.ev, BQ);
   c.off_m = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_l = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_a = block;
-  ok = ok && add_floats(&block, BQ, 1);
+  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
   c.off_f = block;
-  ok = ok && add_floats(&block, BK, 1);
-  ok = ok && add_floats(&block, 16, 1); /* keeps the next thread's block 64-byte aligned */
-  block &= ~(size_t)15;
-  c.block = block;
-
-  int64_t items;
-  if (__builtin_mul_overflow(nb, c.nqblk, &items))
-    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)c.p.lq);
-  int nthreads = attn_threads_for(items);
-  size_t total = 0, bytes;
-  ok = ok && add_floats(&total, (int64_t)block, nthreads);
-  if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes))
-    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (E %lld, Ev %lld)", (long long)c.p.e,
-                     (long long)c.p.ev);
-  float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-  if (!scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
+  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  attn_sdpa_work work;
+  if ((st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work)) != ATTN_OK) return st;
 
   /* dynamic hand-out of the items (heaviest first under causal masking) only
    * balances the load: every item is computed whole by one thread */
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {
-    float *w = scratch + block * (size_t)omp_get_thread_num();
+    float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) run_item(&c, it, w);
+    for (int64_t it = 0; it < work.items; it++) run_item(&c, it, w);
   }
-  free(scratch);
+  free(work.scratch);
   return ATTN_OK;
 }

@@ -23,15 +23,12 @@
  * per query row, one division per output element at the end. Scratch memory
  * is O(threads x tile), never [Lq, Lk]. A query row whose keys are all hidden
  * gives zeros. The weights are never formed: a caller that needs them uses
- * attn_sdpa_math. Parallel over (batch, query block); the bits of out are the
- * same for any OMP_NUM_THREADS. dropout_p > 0 needs the RNG module. */
+ * attn_sdpa_math. opts->lse (NULL or [B..., Lq]) gets each row's
+ * log-sum-exp, m + log l from the online softmax. Parallel over (batch,
+ * query block); the bits of out are the same for any OMP_NUM_THREADS.
+ * dropout_p > 0 needs the RNG module. */
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out);
-
-/* Whether kernel = "auto" should take the fused kernel for a call with nb
- * (batch x heads) slices of Lq x Lk scores and head sizes E, Ev (the math
- * kernel wins on tiny inputs, where its fewer passes cost less than tiling). */
-int attn_sdpa_prefer_flash(int64_t nb, int64_t lq, int64_t lk, int64_t e, int64_t ev);
 
 /* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/core/cpu.h). */
 const char *attn_flash_exp_impl(void);

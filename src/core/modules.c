@@ -4,13 +4,17 @@
  *  - tiny problems (the notebooks' [2, 6, 3] batches): direct loops on the
  *    calling thread. A Linear output is an FMA chain over d_in from 0 (as the
  *    sgemm micro-kernel accumulates), then + bias; the attention rows follow
- *    the math kernel (q scaled in float32, causal -inf, max-subtracted expf,
- *    sum in double, one reciprocal, dropout factors by element index). No
- *    BLAS call and no OpenMP region: at this size their fixed costs (and an
- *    OpenMP team waking up on a loaded machine) are the whole call.
+ *    the math kernel through the attention core (src/core/sdpa.h: the heads are
+ *    described as strided views of the projections, q scaled in float32,
+ *    mask/causal by attn_sdpa_modify_tile) and its row softmax
+ *    (max-subtracted expf, sum in double, one reciprocal, dropout factors by
+ *    element index). No BLAS call and no OpenMP region: at this size their
+ *    fixed costs (and an OpenMP team waking up on a loaded machine) are the
+ *    whole call.
  *  - everything else: one sgemm per projection (the heads are strided views
  *    of its output, no copy), the attention kernel that kernel = "auto"
- *    would pick, one transpose of the context and out_proj. */
+ *    picks (attn_sdpa_run: the core's one choice), one transpose of the
+ *    context and out_proj. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -31,6 +35,17 @@
 #define TINY_FLOATS 4096
 /* Elements above which an elementwise pass over a projection is threaded. */
 #define PARALLEL_ELEMS (1 << 16)
+
+/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
+static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
+  attn_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.ndim = 4;
+  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
+  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
+  return t;
+}
 
 /* ------------------------------------------------------------ tiny path */
 
@@ -56,11 +71,15 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
 }
 
 ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
-                                         int64_t nb, int64_t n,
-                         int64_t d_in, int64_t d_out) {
+                                                int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out;
   float *qkv = buf, *ctx = qkv + n * w3, *s = ctx + n * d_out, *f = s + n, *qs = f + n;
+  /* one batch item's heads [h, n, hd], strided views of its projections
+   * (rows of qkv), described once: each batch item refills qkv */
+  attn_sdpa_problem p;
+  attn_sdpa_describe_heads(qkv, h, n, hd, w3, m->mask, m->mask == NULL, m->scale, &p);
+  int64_t sk = attn_sdpa_row_stride(&p, &p.k), sv = attn_sdpa_row_stride(&p, &p.v);
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
     float *ob = out->data + b * n * d_out;
@@ -72,23 +91,18 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
     float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
     for (int64_t hh = 0; hh < h; hh++) {
       int64_t bi = b * h + hh, col = hh * hd;
+      attn_sdpa_slice sl;
+      attn_sdpa_slice_at(&p, hh, &sl);
       for (int64_t i = 0; i < n; i++) {
-        const float *qi = qkv + i * w3 + col;
-        for (int64_t d = 0; d < hd; d++) qs[d] = qi[d] * m->scale;
+        attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
         for (int64_t j = 0; j < n; j++) {
-          const float *kj = qkv + j * w3 + d_out + col;
+          const float *kj = sl.k + j * sk;
           float acc = 0.0f;
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        if (m->mask) { /* a loaded mask buffer, as the math kernel's mask option */
-          const float *mi = m->mask->data + i * m->mask->stride[0];
-          for (int64_t j = 0; j < n; j++)
-            if (mi[j * m->mask->stride[1]] != 0.0f) s[j] = -INFINITY;
-        } else {
-          for (int64_t j = i + 1; j < n; j++) s[j] = -INFINITY; /* causal */
-        }
-        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f);
+        attn_sdpa_modify_tile(&p, &sl, i, 1, 0, n, s, 0, 1);
+        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f, NULL);
         float *ci = c + i * d_out + col;
         if (hidden) { /* zeros, as the math kernel gives, even where v holds NaN */
           memset(ci, 0, (size_t)hd * sizeof(float));
@@ -96,7 +110,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         }
         for (int64_t d = 0; d < hd; d++) {
           float acc = 0.0f;
-          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], qkv[j * w3 + 2 * d_out + col + d], acc);
+          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], sl.v[j * sv + d], acc);
           ci[d] = acc;
         }
       }
@@ -125,17 +139,6 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
     float *yr = y + r * ldy;
     for (int64_t j = 0; j < nout; j++) yr[j] = yr[j] + bd[j * sb];
   }
-}
-
-/* A [B, h, n, hd] view of one of Q, K, V ([B*n, d_out] each): heads by strides, no copy. */
-static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd) {
-  attn_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.ndim = 4;
-  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
-  t.stride[0] = n * h * hd, t.stride[1] = hd, t.stride[2] = h * hd, t.stride[3] = 1;
-  return t;
 }
 
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
@@ -167,8 +170,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   o.mask = m->mask;
   o.dropout_p = m->dropout_p;
   o.dropout_draw = m->dropout_draw;
-  attn_status st = attn_sdpa_prefer_flash(nb * h, n, n, hd, hd) ? attn_sdpa_flash(&q, &k, &v, &o, &c)
-                                                                  : attn_sdpa_math(&q, &k, &v, &o, &c, NULL);
+  attn_status st = attn_sdpa_run(ATTN_SDPA_AUTO, &q, &k, &v, &o, &c, NULL);
   if (st == ATTN_OK) {
     float *ct = ctx;
     if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */

@@ -281,12 +281,14 @@
 
 --- softmax(q k^T * scale + bias, masked) v, by a C kernel over the leading (batch, head) dims.
 -- q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev]; leading dims broadcast. A query row whose
--- keys are all hidden gives zeros, never NaN. Returns out [..., Lq, Ev] and, with
--- need_weights, the weights [..., Lq, Lk].
+-- keys are all hidden gives zeros, never NaN. Returns out [..., Lq, Ev], then, with
+-- need_weights, the weights [..., Lq, Lk], then, with return_lse, the log-sum-exp of each
+-- query row [..., Lq] (natural log of its softmax denominator, before dropout; -inf for a
+-- row with no visible key), as FlashAttention keeps for its backward.
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash")
+-- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is

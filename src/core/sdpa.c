@@ -1,0 +1,332 @@
+/* The attention core (see sdpa.h): operand validation and addressing, the
+ * kernel choice, and the mask helpers. The score modifications and visible
+ * ranges are inline in sdpa.h, so the drivers' tile loops stay as cheap as
+ * when each wrote its own. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "flash.h"
+#include "sdpa.h"
+#include "threads.h"
+
+attn_sdpa_opts attn_sdpa_defaults(void) {
+  attn_sdpa_opts o;
+  memset(&o, 0, sizeof o);
+  o.scale = 1.0f;
+  return o;
+}
+
+/* The leading dims of t (all but the last two; none when t has fewer). */
+static int lead_ndim(const attn_tensor *t) { return t->ndim > 2 ? t->ndim - 2 : 0; }
+
+/* Does mask/bias t broadcast to [..., Lq, Lk] in its last two dims? */
+static int fits_scores(const attn_tensor *t, int64_t lq, int64_t lk) {
+  if (t->ndim >= 1 && t->size[t->ndim - 1] != 1 && t->size[t->ndim - 1] != lk) return 0;
+  if (t->ndim >= 2 && t->size[t->ndim - 2] != 1 && t->size[t->ndim - 2] != lq) return 0;
+  return 1;
+}
+
+attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                            const attn_tensor *mask, const attn_tensor *bias, int *ndim, int64_t *size) {
+  char b1[200], b2[200], b3[200];
+  const attn_tensor *ops[3] = {q, k, v};
+  const char *names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++)
+    if (ops[i]->ndim < 2)
+      return attn_fail(ATTN_ESHAPE, "%s must have at least 2 dims ([..., L, E]), got %s", names[i],
+                       attn_shape_str(ops[i], b1, sizeof b1));
+  int64_t lq = q->size[q->ndim - 2], e = q->size[q->ndim - 1];
+  int64_t lk = k->size[k->ndim - 2], ek = k->size[k->ndim - 1];
+  int64_t lv = v->size[v->ndim - 2], ev = v->size[v->ndim - 1];
+  if (ek != e)
+    return attn_fail(ATTN_ESHAPE, "q %s and k %s differ in the embedding size E (%lld ~= %lld)",
+                     attn_shape_str(q, b1, sizeof b1), attn_shape_str(k, b2, sizeof b2), (long long)e, (long long)ek);
+  if (lv != lk)
+    return attn_fail(ATTN_ESHAPE, "k %s and v %s differ in the key count Lk (%lld ~= %lld)",
+                     attn_shape_str(k, b1, sizeof b1), attn_shape_str(v, b2, sizeof b2), (long long)lk, (long long)lv);
+  int nb;
+  int64_t batch[ATTN_MAX_DIMS];
+  if (attn_broadcast_shape(q->ndim - 2, q->size, k->ndim - 2, k->size, &nb, batch) != ATTN_OK ||
+      attn_broadcast_shape(nb, batch, v->ndim - 2, v->size, &nb, batch) != ATTN_OK)
+    return attn_fail(ATTN_ESHAPE, "the leading dims of q %s, k %s and v %s do not broadcast",
+                     attn_shape_str(q, b1, sizeof b1), attn_shape_str(k, b2, sizeof b2),
+                     attn_shape_str(v, b3, sizeof b3));
+  const attn_tensor *extra[2] = {mask, bias};
+  const char *enames[2] = {"mask", "bias"};
+  for (int i = 0; i < 2; i++) {
+    const attn_tensor *t = extra[i];
+    if (!t) continue;
+    int64_t scores[ATTN_MAX_DIMS + 2];
+    int ok = fits_scores(t, lq, lk);
+    int nb2 = nb;
+    int64_t batch2[ATTN_MAX_DIMS];
+    if (ok && attn_broadcast_shape(nb, batch, lead_ndim(t), t->size, &nb2, batch2) != ATTN_OK) ok = 0;
+    if (!ok) {
+      for (int d = 0; d < nb; d++) scores[d] = batch[d];
+      scores[nb] = lq;
+      scores[nb + 1] = lk;
+      return attn_fail(ATTN_ESHAPE, "%s %s does not broadcast to the scores [..., Lq, Lk] = %s", enames[i],
+                       attn_shape_str(t, b1, sizeof b1), attn_sizes_str(nb + 2, scores, b2, sizeof b2));
+    }
+    nb = nb2;
+    memcpy(batch, batch2, (size_t)nb * sizeof(int64_t));
+  }
+  if (nb + 2 > ATTN_MAX_DIMS)
+    return attn_fail(ATTN_ESHAPE, "the result would have %d dims, at most %d are supported", nb + 2, ATTN_MAX_DIMS);
+  for (int d = 0; d < nb; d++) size[d] = batch[d];
+  size[nb] = lq;
+  size[nb + 1] = ev;
+  *ndim = nb + 2;
+  return ATTN_OK;
+}
+
+static int check_out(const attn_tensor *t, int nb, const int64_t *batch, int64_t r, int64_t cols) {
+  if (t->ndim != nb + 2 || !attn_is_contiguous(t)) return 0;
+  for (int d = 0; d < nb; d++)
+    if (t->size[d] != batch[d]) return 0;
+  return t->size[nb] == r && t->size[nb + 1] == cols;
+}
+
+
+/* lse [B..., Lq], contiguous. */
+static int check_lse(const attn_tensor *t, int nb, const int64_t *batch, int64_t lq) {
+  if (t->ndim != nb + 1 || !attn_is_contiguous(t)) return 0;
+  for (int d = 0; d < nb; d++)
+    if (t->size[d] != batch[d]) return 0;
+  return t->size[nb] == lq;
+}
+
+attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_sdpa_opts *opts, attn_sdpa_problem *p) {
+  int ondim;
+  int64_t osize[ATTN_MAX_DIMS];
+  attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
+  if (st != ATTN_OK) return st;
+  if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
+    return attn_fail(ATTN_EARG, "dropout_p must be in [0, 1), got %g", opts->dropout_p);
+  if (opts->mask) {
+    int64_t at[ATTN_MAX_DIMS];
+    float bad;
+    if (attn_mask_find_non_binary(opts->mask, at, &bad)) {
+      char b1[200];
+      return attn_fail(ATTN_EARG,
+                       "mask must hold only 0 and 1 (nonzero = hidden), got %.9g at %s; to add values to the "
+                       "scores pass them as bias",
+                       (double)bad, attn_sizes_str(opts->mask->ndim, at, b1, sizeof b1));
+    }
+  }
+  memset(p, 0, sizeof *p);
+  p->nbatch = ondim - 2;
+  memcpy(p->batch, osize, (size_t)p->nbatch * sizeof(int64_t));
+  p->lq = q->size[q->ndim - 2];
+  p->e = q->size[q->ndim - 1];
+  p->lk = k->size[k->ndim - 2];
+  p->ev = v->size[v->ndim - 1];
+  p->scale = opts->scale;
+  p->is_causal = opts->is_causal;
+  p->dropout_p = opts->dropout_p;
+  p->dropout_draw = opts->dropout_draw;
+  /* with E = 0 no score is scaled (the default 1/sqrt(0) is inf) */
+  if (p->e > 0 && !isfinite(opts->scale))
+    return attn_fail(ATTN_EARG, "scale must be finite in float32, got %g", (double)opts->scale);
+  char b1[200], b2[200];
+  if (opts->lse) {
+    if (!check_lse(opts->lse, p->nbatch, p->batch, p->lq))
+      return attn_fail(ATTN_ESHAPE, "lse must be contiguous %s, got %s",
+                       attn_sizes_str(ondim - 1, osize, b1, sizeof b1), attn_shape_str(opts->lse, b2, sizeof b2));
+    p->lse = opts->lse;
+  }
+  if (p->lq > INT_MAX || p->lk > INT_MAX || p->e > INT_MAX || p->ev > INT_MAX)
+    return attn_fail(ATTN_EARG, "sizes above %d are not supported by BLAS (Lq %lld, Lk %lld, E %lld, Ev %lld)", INT_MAX,
+                     (long long)p->lq, (long long)p->lk, (long long)p->e, (long long)p->ev);
+
+  int64_t full[ATTN_MAX_DIMS];
+  memcpy(full, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  full[p->nbatch] = p->lq;
+  full[p->nbatch + 1] = p->e;
+  if ((st = attn_expand(q, ondim, full, &p->q)) != ATTN_OK) return st;
+  full[p->nbatch] = p->lk;
+  if ((st = attn_expand(k, ondim, full, &p->k)) != ATTN_OK) return st;
+  full[p->nbatch + 1] = p->ev;
+  if ((st = attn_expand(v, ondim, full, &p->v)) != ATTN_OK) return st;
+  full[p->nbatch] = p->lq;
+  full[p->nbatch + 1] = p->lk;
+  if (opts->mask) {
+    if ((st = attn_expand(opts->mask, ondim, full, &p->mask)) != ATTN_OK) return st;
+    p->has_mask = 1;
+  }
+  if (opts->bias) {
+    if ((st = attn_expand(opts->bias, ondim, full, &p->bias)) != ATTN_OK) return st;
+    p->has_bias = 1;
+  }
+  return ATTN_OK;
+}
+
+void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int64_t ld, const attn_tensor *mask,
+                              int is_causal, float scale, attn_sdpa_problem *p) {
+  p->nbatch = 1;
+  p->batch[0] = h;
+  p->lq = p->lk = n;
+  p->e = p->ev = hd;
+  attn_tensor *views[3] = {&p->q, &p->k, &p->v};
+  for (int i = 0; i < 3; i++) {
+    attn_tensor *t = views[i];
+    t->data = qkv + i * h * hd;
+    t->ndim = 3;
+    t->size[0] = h, t->size[1] = n, t->size[2] = hd;
+    t->stride[0] = hd, t->stride[1] = ld, t->stride[2] = 1;
+  }
+  p->has_mask = mask != NULL;
+  if (mask) { /* [n, n] broadcast over the heads */
+    p->mask = *mask;
+    p->mask.ndim = 3;
+    p->mask.size[0] = h, p->mask.size[1] = n, p->mask.size[2] = n;
+    p->mask.stride[0] = 0, p->mask.stride[1] = mask->stride[0], p->mask.stride[2] = mask->stride[1];
+  }
+  p->has_bias = 0;
+  p->scale = scale;
+  p->is_causal = is_causal;
+  p->dropout_p = 0.0; /* the tiny path draws its dropout factors itself (positions over the whole batch) */
+  p->dropout_draw = 0;
+  p->lse = NULL;
+}
+
+attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                              const attn_sdpa_opts *opts, const attn_tensor *out, const attn_tensor *weights,
+                              attn_sdpa_problem *p) {
+  attn_status st = attn_sdpa_describe(q, k, v, opts, p);
+  if (st != ATTN_OK) return st;
+  char b1[200], b2[200];
+  int64_t osize[ATTN_MAX_DIMS];
+  memcpy(osize, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  osize[p->nbatch] = p->lq;
+  osize[p->nbatch + 1] = p->ev;
+  if (!check_out(out, p->nbatch, p->batch, p->lq, p->ev))
+    return attn_fail(ATTN_ESHAPE, "out must be contiguous %s, got %s",
+                     attn_sizes_str(p->nbatch + 2, osize, b1, sizeof b1), attn_shape_str(out, b2, sizeof b2));
+  if (weights && !check_out(weights, p->nbatch, p->batch, p->lq, p->lk))
+    return attn_fail(ATTN_ESHAPE, "weights must be contiguous with the scores' shape, got %s",
+                     attn_shape_str(weights, b2, sizeof b2));
+  return ATTN_OK;
+}
+
+/* The offset of slice bi in t, expanded to [B..., rows, cols]. The
+ * outermost dim needs no remainder (bi < B): one batch dim (heads, or the
+ * modules' tiny path) costs no division. */
+static int64_t slice_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
+  int64_t off = 0;
+  for (int d = p->nbatch - 1; d > 0; d--) {
+    off += (bi % p->batch[d]) * t->stride[d];
+    bi /= p->batch[d];
+  }
+  return p->nbatch > 0 ? off + bi * t->stride[0] : off;
+}
+
+void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s) {
+  s->bi = bi;
+  s->q = p->q.data + slice_offset(p, &p->q, bi);
+  /* a GQA head map (query head h reads kv head h / g) changes only these two */
+  s->k = p->k.data + slice_offset(p, &p->k, bi);
+  s->v = p->v.data + slice_offset(p, &p->v, bi);
+  s->mask = p->has_mask ? p->mask.data + slice_offset(p, &p->mask, bi) : NULL;
+  s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
+}
+
+const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights) {
+  /* the fused kernel never forms the [Lq, Lk] weights: asking for both is an
+   * error rather than a silent fallback that would break its O(tile) memory */
+  if (kernel == ATTN_SDPA_FLASH && need_weights)
+    return "kernel \"flash\" cannot return the attention weights (need_weights = true)";
+  return NULL;
+}
+
+attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
+                                         int64_t ev, int need_weights, const char **why) {
+  (void)nb;
+  (void)e;
+  (void)ev;
+  *why = NULL;
+  if (requested != ATTN_SDPA_AUTO) {
+    *why = attn_sdpa_kernel_refuses(requested, need_weights);
+    return *why ? ATTN_SDPA_AUTO : requested;
+  }
+  if (attn_sdpa_kernel_refuses(ATTN_SDPA_FLASH, need_weights)) return ATTN_SDPA_MATH;
+  /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
+   * the math kernel is as fast or faster while a slice's scores fit in a few
+   * tiles; past that the fused kernel wins and its memory stays O(tile) */
+  return lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024 ? ATTN_SDPA_FLASH : ATTN_SDPA_MATH;
+}
+
+attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
+                                attn_sdpa_work *w) {
+  int64_t nb = attn_sizes_product(p->nbatch, p->batch);
+  if (__builtin_mul_overflow(nb, nblk, &w->items))
+    return attn_fail(ATTN_EOVERFLOW, "too many attention rows (%lld slices of %lld)", (long long)nb, (long long)p->lq);
+  w->nthreads = attn_threads_for(w->items);
+  size_t total = 0, bytes;
+  int ok = block_ok && attn_sdpa_add_floats(&block, 15, 1);
+  w->block = block & ~(size_t)15;
+  ok = ok && attn_sdpa_add_floats(&total, (int64_t)w->block, w->nthreads);
+  if (!ok || __builtin_mul_overflow(total, sizeof(float), &bytes) || bytes > SIZE_MAX - 64)
+    return attn_fail(ATTN_ENOMEM, "the attention scratch size overflows (Lq %lld, Lk %lld, E %lld, Ev %lld)",
+                     (long long)p->lq, (long long)p->lk, (long long)p->e, (long long)p->ev);
+  w->scratch = aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+  if (!w->scratch) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of attention scratch", bytes);
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                          const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
+  if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) /* no sizes to choose by: the math kernel words the error */
+    return attn_sdpa_math(q, k, v, opts, out, weights);
+  int64_t nb = attn_sizes_product(out->ndim > 2 ? out->ndim - 2 : 0, out->size);
+  const char *why;
+  kernel = attn_sdpa_choose_kernel(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
+                                   v->size[v->ndim - 1], weights != NULL, &why);
+  if (kernel == ATTN_SDPA_AUTO) return attn_fail(ATTN_EARG, "%s", why);
+  return kernel == ATTN_SDPA_FLASH ? attn_sdpa_flash(q, k, v, opts, out) : attn_sdpa_math(q, k, v, opts, out, weights);
+}
+
+int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value) {
+  /* a broadcast (stride 0) dim repeats its first element: visit that one only,
+   * so an expanded mask costs what its storage holds */
+  int nd = mask->ndim;
+  int64_t extent[ATTN_MAX_DIMS], idx[ATTN_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    if (mask->size[d] == 0) return 0;
+    extent[d] = mask->stride[d] == 0 ? 1 : mask->size[d];
+    idx[d] = 0;
+  }
+  const float *m = mask->data;
+  int64_t off = 0;
+  for (;;) {
+    float x = m[off];
+    if (x != 0.0f && x != 1.0f) { /* NaN and +-inf too */
+      for (int d = 0; d < nd; d++) at[d] = idx[d] + 1;
+      *value = x != x ? NAN : x; /* a positive NaN: printed "nan", not "-nan" */
+      return 1;
+    }
+    int d = nd - 1;
+    for (; d >= 0; d--) {
+      off += mask->stride[d];
+      if (++idx[d] < extent[d]) break;
+      off -= mask->stride[d] * extent[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return 0;
+  }
+}
+
+int attn_mask_is_causal(const attn_tensor *mask, int64_t n) {
+  if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
+  int64_t s0 = mask->stride[0], s1 = mask->stride[1];
+  for (int64_t i = 0; i < n; i++) {
+    const float *row = mask->data + i * s0;
+    for (int64_t j = 0; j < n; j++)
+      if (row[j * s1] != (j > i ? 1.0f : 0.0f)) return 0;
+  }
+  return 1;
+}
