@@ -336,13 +336,8 @@ static attn_tensor select_view(lua_State *L, const attn_tensor *t, int d, int64_
   if (i == 0 || k < 0 || k >= n)
     attnL_error(L, fn, "index %I is out of range for dim %d of size %I (valid: 1..%I or -%I..-1)", (lua_Integer)i,
                 d + 1, (lua_Integer)n, (lua_Integer)n, (lua_Integer)n);
-  attn_tensor v = *t;
-  v.data = t->data + k * t->stride[d];
-  for (int j = d; j < t->ndim - 1; j++) {
-    v.size[j] = t->size[j + 1];
-    v.stride[j] = t->stride[j + 1];
-  }
-  v.ndim = t->ndim - 1;
+  attn_tensor v;
+  if (attn_view_select(t, d, k, &v) != ATTN_OK) attnL_core_error(L, fn);
   return v;
 }
 
@@ -371,9 +366,8 @@ static int m_narrow(lua_State *L) {
   if (len < 0 || len > n - s0)
     attnL_error(L, fn, "start %I + length %I exceeds dim %d of size %I", (lua_Integer)start, (lua_Integer)len, d + 1,
                 (lua_Integer)n);
-  attn_tensor v = *t;
-  v.data = t->data + s0 * t->stride[d];
-  v.size[d] = len;
+  attn_tensor v;
+  if (attn_view_narrow(t, d, s0, len, &v) != ATTN_OK) attnL_core_error(L, fn);
   attnL_push_view(L, 1, &v);
   return 1;
 }
@@ -437,13 +431,8 @@ static int m_transpose(lua_State *L) {
   const char *fn = "Tensor:transpose";
   attn_tensor *t = CHECK(1, fn);
   int a = attnL_checkdim(L, 2, t->ndim, fn), b = attnL_checkdim(L, 3, t->ndim, fn);
-  attn_tensor v = *t;
-  if (t->ndim > 0) {
-    v.size[a] = t->size[b];
-    v.size[b] = t->size[a];
-    v.stride[a] = t->stride[b];
-    v.stride[b] = t->stride[a];
-  }
+  attn_tensor v;
+  if (attn_view_transpose(t, a, b, &v) != ATTN_OK) attnL_core_error(L, fn);
   attnL_push_view(L, 1, &v);
   return 1;
 }
@@ -453,12 +442,7 @@ static int m_t(lua_State *L) {
   attn_tensor *t = CHECK(1, "Tensor:t");
   if (t->ndim > 2) attnL_error(L, "Tensor:t", "expects a tensor with <= 2 dims, got %d (use :transpose)", t->ndim);
   attn_tensor v = *t;
-  if (t->ndim == 2) {
-    v.size[0] = t->size[1];
-    v.size[1] = t->size[0];
-    v.stride[0] = t->stride[1];
-    v.stride[1] = t->stride[0];
-  }
+  if (t->ndim == 2 && attn_view_transpose(t, 0, 1, &v) != ATTN_OK) attnL_core_error(L, "Tensor:t");
   attnL_push_view(L, 1, &v);
   return 1;
 }
@@ -466,7 +450,7 @@ static int m_t(lua_State *L) {
 static int m_permute(lua_State *L) {
   const char *fn = "Tensor:permute";
   attn_tensor *t = CHECK(1, fn);
-  int64_t dims[ATTN_MAX_DIMS];
+  int dims[ATTN_MAX_DIMS];
   int n = 0, seen[ATTN_MAX_DIMS] = {0};
   if (lua_istable(L, 2)) {
     lua_Integer len = luaL_len(L, 2);
@@ -480,12 +464,10 @@ static int m_permute(lua_State *L) {
     if (lua_gettop(L) - 1 != t->ndim) attnL_error(L, fn, "expected %d dims, got %d", t->ndim, lua_gettop(L) - 1);
     for (int i = 2; i <= lua_gettop(L); i++) dims[n++] = attnL_checkdim(L, i, t->ndim, fn);
   }
-  attn_tensor v = *t;
-  for (int i = 0; i < n; i++) {
-    if (seen[dims[i]]++) attnL_error(L, fn, "dim %d is repeated", (int)dims[i] + 1);
-    v.size[i] = t->size[dims[i]];
-    v.stride[i] = t->stride[dims[i]];
-  }
+  for (int i = 0; i < n; i++)
+    if (seen[dims[i]]++) attnL_error(L, fn, "dim %d is repeated", dims[i] + 1);
+  attn_tensor v;
+  if (attn_view_permute(t, dims, &v) != ATTN_OK) attnL_core_error(L, fn);
   attnL_push_view(L, 1, &v);
   return 1;
 }
@@ -496,14 +478,8 @@ static int m_unsqueeze(lua_State *L) {
   attn_tensor *t = CHECK(1, fn);
   if (t->ndim >= ATTN_MAX_DIMS) attnL_error(L, fn, "at most %d dims are supported", ATTN_MAX_DIMS);
   int d = attnL_checkdim(L, 2, t->ndim + 1, fn);
-  attn_tensor v = *t;
-  for (int k = t->ndim; k > d; k--) {
-    v.size[k] = t->size[k - 1];
-    v.stride[k] = t->stride[k - 1];
-  }
-  v.size[d] = 1;
-  v.stride[d] = d < t->ndim ? t->size[d] * t->stride[d] : 1;
-  v.ndim = t->ndim + 1;
+  attn_tensor v;
+  if (attn_view_unsqueeze(t, d, &v) != ATTN_OK) attnL_core_error(L, fn);
   attnL_push_view(L, 1, &v);
   return 1;
 }
@@ -512,7 +488,6 @@ static int m_squeeze(lua_State *L) {
   attnL_check_nargs(L, 2, "Tensor:squeeze");
   const char *fn = "Tensor:squeeze";
   attn_tensor *t = CHECK(1, fn);
-  attn_tensor v = *t;
   int only = -1;
   if (!lua_isnoneornil(L, 2)) {
     if (t->ndim == 0) {
@@ -522,13 +497,8 @@ static int m_squeeze(lua_State *L) {
     }
     only = attnL_checkdim(L, 2, t->ndim, fn);
   }
-  v.ndim = 0;
-  for (int k = 0; k < t->ndim; k++) {
-    if (t->size[k] == 1 && (only < 0 || only == k)) continue;
-    v.size[v.ndim] = t->size[k];
-    v.stride[v.ndim] = t->stride[k];
-    v.ndim++;
-  }
+  attn_tensor v;
+  if (attn_view_squeeze(t, only, &v) != ATTN_OK) attnL_core_error(L, fn);
   attnL_push_view(L, 1, &v);
   return 1;
 }

@@ -74,6 +74,15 @@ typedef enum attn_overlap { ATTN_OVERLAP_NONE, ATTN_OVERLAP_FULL, ATTN_OVERLAP_P
  * ATTN_ESHAPE when in does not broadcast to out, ATTN_ENOMEM without scratch. */
 attn_status attn_overlap_status(const attn_tensor *out, const attn_tensor *in, attn_overlap *result);
 
+/* Views (views.c): out shares t's memory; dims and indices 0-based; an
+ * out-of-range argument is ATTN_EARG and leaves out untouched. */
+attn_status attn_view_select(const attn_tensor *t, int d, int64_t k, attn_tensor *out);
+attn_status attn_view_narrow(const attn_tensor *t, int d, int64_t start, int64_t len, attn_tensor *out);
+attn_status attn_view_transpose(const attn_tensor *t, int a, int b, attn_tensor *out);
+attn_status attn_view_permute(const attn_tensor *t, const int *dims, attn_tensor *out);
+attn_status attn_view_unsqueeze(const attn_tensor *t, int d, attn_tensor *out);
+attn_status attn_view_squeeze(const attn_tensor *t, int d, attn_tensor *out);
+
 /* Element pointer at a multi-index (0-based). */
 float *attn_at(const attn_tensor *t, const int64_t *index);
 
