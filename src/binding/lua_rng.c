@@ -129,21 +129,17 @@ static int r_raw_u32(lua_State *L) {
 
 /* ---- creation ---------------------------------------------------------------- */
 
-static int r_rand(lua_State *L) {
+/* A new tensor of the sizes at argument 1 filled by fn(a, b) (contiguous: memory order is torch's order). */
+static int new_filled(lua_State *L, fill_fn fn, double a, double b, const char *fname) {
   int64_t size[ATTN_MAX_DIMS];
-  int n = attnL_checksizes(L, 1, size, 0, "attn.rand");
-  attn_tensor *t = attnL_push_uninit(L, n, size, "attn.rand");
-  attn_rng_uniform_f32(attnL_generator(L), t->data, attn_numel(t), 0.0, 1.0);
+  int n = attnL_checksizes(L, 1, size, 0, fname);
+  attn_tensor *t = attnL_push_uninit(L, n, size, fname);
+  fn(attnL_generator(L), t->data, attn_numel(t), a, b);
   return 1;
 }
 
-static int r_randn(lua_State *L) {
-  int64_t size[ATTN_MAX_DIMS];
-  int n = attnL_checksizes(L, 1, size, 0, "attn.randn");
-  attn_tensor *t = attnL_push_uninit(L, n, size, "attn.randn");
-  attn_rng_normal_f32(attnL_generator(L), t->data, attn_numel(t), 0.0, 1.0);
-  return 1;
-}
+static int r_rand(lua_State *L) { return new_filled(L, attn_rng_uniform_f32, 0.0, 1.0, "attn.rand"); }
+static int r_randn(lua_State *L) { return new_filled(L, attn_rng_normal_f32, 0.0, 1.0, "attn.randn"); }
 
 /* ---- in place ------------------------------------------------------------------ */
 
