@@ -91,6 +91,8 @@ struct attn_generator *attnL_generator(lua_State *L);
  * dropout consumer draws through. Pushes one value holding the default
  * stream's keep flags (nil for MKL): keep it on the stack while the draw is used. */
 struct attn_dropout_draw attnL_draw_dropout(lua_State *L, double p, int64_t numel, const char *fname);
+/* attn.multinomial, randint, randperm (lua_sampling.c) */
+void attnL_open_sampling(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);
