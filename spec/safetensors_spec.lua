@@ -117,10 +117,38 @@ describe("attn.load_safetensors on files PyTorch wrote", function()
     assert.is_false(attn.allclose(y, attn.load(DIR .. "mha_output.npy"), 0, 2e-5))
   end)
 
-  it("refuses an I64 tensor, naming the path, the tensor and the dtype", function()
+  it("reads integer and bool tensors exactly (I64, I32, I16, I8, U8, BOOL, 0-dim, empty)", function()
+    local d = attn.load_safetensors(DIR .. "ints.safetensors")
+    local n = 0
+    for name, fix in pairs(expected.ints) do
+      assert.is_not_nil(d[name], "missing tensor " .. name)
+      check_exact(d[name], fix.shape, fix.data)
+      n = n + 1
+    end
+    local m = 0
+    for _ in pairs(d) do m = m + 1 end
+    assert.are.equal(n, m)
+    -- hand-written values: the edges of each type and of float32's exact integers
+    assert.are.same({ { 0, -1, 2 ^ 24 }, { -2 ^ 24, 7, 123456 } }, d.i64:totable())
+    assert.are.same({ { -32768, 32767 } }, d.i16:totable())
+    assert.are.same({ -128, 127, 0 }, d.i8:totable())
+    assert.are.same({ { 0, 255 }, { 128, 1 } }, d.u8:totable())
+    assert.are.same({ { 1, 0, 1 } }, d.mask:totable())
+    assert.are.equal(12345, d.num_batches_tracked:item())
+  end)
+
+  it("reads a BOOL byte other than 0 and 1 as true (1)", function()
+    local path = tmpname()
+    write_bytes(path, st_bytes('{"b":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}}', "\0\2\255"))
+    assert.are.same({ 0, 1, 1 }, attn.load_safetensors(path).b:totable())
+    os.remove(path)
+  end)
+
+  it("refuses an I64 value past 2^24, naming the path, the tensor, the element and the value", function()
     local path = DIR .. "bad_i64.safetensors"
     expect_error(function() attn.load_safetensors(path) end,
-      "attn.load_safetensors: " .. path .. ": tensor 'steps' has dtype I64 (expected F32")
+      "attn.load_safetensors: " .. path .. ": tensor 'steps' holds the I64 value 16777217 at element [2], "
+        .. "which float32 cannot hold exactly (integers load only while |x| <= 2^24 = 16777216)")
   end)
 end)
 
@@ -311,7 +339,7 @@ describe("attn.load_safetensors on malformed files", function()
     { "dtype F16 spelled wrong", st_bytes('{"x":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}}', x),
       "tensor 'x' has an unknown dtype \"F99\"" },
     { "dtype F8_E4M3", st_bytes('{"x":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}', "\0\0"),
-      "tensor 'x' has dtype F8_E4M3 (expected F32; F64, F16 and BF16 are converted" },
+      "tensor 'x' has dtype F8_E4M3 (expected F32; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted" },
     { "data shorter than the header says", st_bytes(good, floats(1)),
       "truncated: tensor 'x' needs bytes [0, 8) of the data but the file holds 4 bytes of data" },
     { "a shape that does not match the offsets", st_bytes('{"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', x),
@@ -330,6 +358,14 @@ describe("attn.load_safetensors on malformed files", function()
     { "a duplicate name", st_bytes('{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
       .. '"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', x), "the tensor name 'x' appears twice" },
     { "a duplicate metadata key", st_bytes('{"__metadata__":{"k":"a","k":"b"}}'), "the __metadata__ key \"k\" appears twice" },
+    { "an I32 value past -2^24", st_bytes('{"x":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}}',
+      string.pack("<i4<i4<i4<i4", 0, 1, 2, -16777217)),
+      "tensor 'x' holds the I32 value -16777217 at element [2, 2], which float32 cannot hold exactly" },
+    { "the smallest I64", st_bytes('{"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}', string.pack("<i8", math.mininteger)),
+      "tensor 'x' holds the I64 value -9223372036854775808 at element [1]" },
+    { "dtype U32", st_bytes('{"x":{"dtype":"U32","shape":[1],"data_offsets":[0,4]}}', "\0\0\0\0"),
+      "tensor 'x' has dtype U32 (expected F32; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted, "
+        .. "other dtypes are not supported)" },
   }
   for _, c in ipairs(cases) do
     it("refuses " .. c[1], function()
