@@ -444,4 +444,60 @@ describe("safetensors through PyTorch", function()
     assert.tensor_equal(m.bias, attn.load(bn))
     os.remove(pt); os.remove(w); os.remove(wn); os.remove(bn)
   end)
+
+  -- a whole model with integer, bool and complex buffers, saved by torch.save
+  local function save_model(pt)
+    return run(("/usr/bin/python3 -c 'import torch; torch.manual_seed(3); "
+      .. "m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)); "
+      .. "m[1].num_batches_tracked += 7; "
+      .. "m.register_buffer(\"ids\", torch.arange(6).view(2, 3) - 2); "
+      .. "m.register_buffer(\"keep\", torch.tensor([True, False, True])); "
+      .. "m.register_buffer(\"small\", torch.tensor([-128, 127], dtype=torch.int8)); "
+      .. "m.register_buffer(\"phase\", torch.tensor([1 + 2j])); "
+      .. "torch.save(m, \"%s\")'"):format(pt))
+  end
+
+  test("export_torch.py converts a whole model's state dict, integer and bool buffers included", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = save_model(pt)
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py %s %s"):format(pt, w))
+    assert.is_true(ok, out) -- the complex buffer does not refuse the model
+    assert.is_truthy(out:find("tensor 'phase' (torch.complex64", 1, true), out)
+    local d = attn.load_safetensors(w)
+    assert.are.equal(7, d["1.num_batches_tracked"]:item())
+    assert.are.same({ { -2, -1, 0 }, { 1, 2, 3 } }, d.ids:totable())
+    assert.are.same({ 1, 0, 1 }, d.keep:totable())
+    assert.are.same({ -128, 127 }, d.small:totable())
+    assert.are.same({ 4, 3 }, d["0.weight"]:size())
+    assert.is_nil(d.phase)
+    os.remove(pt); os.remove(w)
+  end)
+
+  test("export_torch.py --skip-int leaves the integer and bool buffers out", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = save_model(pt)
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py --skip-int %s %s"):format(pt, w))
+    assert.is_true(ok, out)
+    local d = attn.load_safetensors(w)
+    local names = {}
+    for name in pairs(d) do names[#names + 1] = name end
+    table.sort(names)
+    assert.are.same({ "0.bias", "0.weight", "1.bias", "1.running_mean", "1.running_var", "1.weight" }, names)
+    os.remove(pt); os.remove(w)
+  end)
+
+  test("export_torch.py warns about an integer past 2^24, which attn then refuses by name", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = run(("/usr/bin/python3 -c 'import torch; "
+      .. "torch.save({\"w\": torch.ones(2), \"step\": torch.tensor([5, 2 ** 30])}, \"%s\")'"):format(pt))
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py %s %s"):format(pt, w))
+    assert.is_true(ok, out)
+    assert.is_truthy(out:find("integer tensor 'step' holds 1073741824, past 2^24", 1, true), out)
+    expect_error(function() attn.load_safetensors(w) end,
+      "tensor 'step' holds the I64 value 1073741824 at element [2]")
+    os.remove(pt); os.remove(w)
+  end)
 end)
