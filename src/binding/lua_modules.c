@@ -91,10 +91,8 @@ static int l_attention_forward(lua_State *L) {
   int dropout_holder = 0;
   if (m.dropout_p > 0.0) {
     /* where the Lua path's scaled_dot_product_attention draws it, over the weights [B, heads, n, n] */
-    int64_t numel;
-    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel))
-      attnL_error(L, FN, "the attention weights of %I heads over %I rows overflow", (lua_Integer)m.heads,
-                  (lua_Integer)(nb * size[nd - 2]));
+    int64_t numel; /* -1: more than int64 counts */
+    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
     m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
     dropout_holder = 1;
   }

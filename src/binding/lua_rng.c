@@ -189,6 +189,9 @@ static attn_dropout_stream dropout_stream(lua_State *L) {
 
 attn_dropout_draw attnL_draw_dropout(lua_State *L, double p, int64_t numel, const char *fname) {
   attn_dropout_stream s = dropout_stream(L);
+  if (numel < 0 && s == ATTN_DROPOUT_DEFAULT)
+    attnL_error(L, fname, "the dropout mask has more elements than int64 counts (the default stream needs one "
+                "flag per element; the \"mkl\" stream does not)");
   int64_t words = attn_dropout_keep_words(s, numel);
   uint64_t *keep = NULL;
   if (words > 0) {

@@ -250,7 +250,7 @@ const char *attn_dropout_stream_name(attn_dropout_stream s) {
 }
 
 int64_t attn_dropout_keep_words(attn_dropout_stream s, int64_t numel) {
-  return s == ATTN_DROPOUT_DEFAULT ? (numel + 63) / 64 : 0;
+  return s == ATTN_DROPOUT_DEFAULT && numel > 0 ? numel / 64 + (numel % 64 != 0) : 0;
 }
 
 attn_dropout_draw attn_dropout_draw_from(attn_generator *g, attn_dropout_stream s, double p, int64_t numel,
