@@ -367,4 +367,16 @@
 -- @usage attn.alibi_slopes(4) --> tensor([0.2500, 0.0625, 0.0156, 0.0039])
 -- @function alibi_slopes
 
+--- Rotary position embedding of x [..., n, E] (E even): each pair (a, b) of row r is rotated by
+-- theta = (p_r - 1) * base^(-2i/E) (i = 0 .. E/2 - 1), a' = a cos - b sin, b' = b cos + a sin.
+-- `style` "half" pairs (x[i], x[i + E/2]) as Llama and GPT-NeoX (rotate_half); "interleaved" pairs
+-- (x[2i-1], x[2i]) as GPT-J. Positions are 1-based (position 1 is not rotated), default 1..n;
+-- any numbers (a KV cache's offsets, fractions). Angles are computed in double.
+-- `attn._rope_backward(grad, opts)` (raw, for the autograd engine) rotates by -theta.
+-- @param x tensor [..., n, E]
+-- @param[opt] opts table: `positions` (or opts[1]: a tensor [n] or a list of n numbers), `base` (default 10000), `style` ("half", the default, or "interleaved")
+-- @return a new tensor of x's shape
+-- @usage attn.rope(q, {style = "half"})
+-- @function rope
+
 return {}
