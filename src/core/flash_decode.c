@@ -57,6 +57,20 @@ typedef struct decode_ctx {
   float *partial;                  /* [groups * nchunk][R][Ev + 2]: m, l, Ot row */
 } decode_ctx;
 
+/* Ask for the next key block's K and V rows [k0, min(k0 + BK, ke)) while this
+ * one is computed: decoding reads each row once, so its speed is the memory's,
+ * and the micro-kernel's access (12 rows at a time, across them) is one the
+ * hardware prefetcher follows poorly. Only for contiguous rows. */
+static void prefetch_block(const attn_sdpa_problem *p, const float *k, const float *v, int64_t k0, int64_t ke,
+                           int64_t sk0, int64_t sv0) {
+  int64_t kn = ke - k0 < BK ? ke - k0 : BK;
+  if (kn <= 0) return;
+  if (attn_sdpa_col_stride(p, &p->k) == 1 && sk0 == p->e)
+    for (int64_t x = 0; x < kn * p->e; x += 16) __builtin_prefetch(k + k0 * sk0 + x, 0, 3);
+  if (attn_sdpa_col_stride(p, &p->v) == 1 && sv0 == p->ev)
+    for (int64_t x = 0; x < kn * p->ev; x += 16) __builtin_prefetch(v + k0 * sv0 + x, 0, 3);
+}
+
 /* Work item (group gi, chunk ci) with the calling thread's scratch w. */
 static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
@@ -80,6 +94,7 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
+    prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
     /* St = K_blk Qt */
     if (e > 0)
       c->kr->gemm_t(qt, BQ, e, rows_p, k + k0 * sk0, sk1, sk0, kn, st, BQ, 0);
