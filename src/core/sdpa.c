@@ -335,6 +335,73 @@ void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice 
   s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
 }
 
+/* The score modifications' vector loops. Cloned per instruction set (the
+ * best one runs, chosen by the loader): the same IEEE operations in any
+ * width (no FMA contraction: -ffp-contract=off), so the same bits whatever
+ * runs them, and ATTN_CPU need not choose. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTN_NO_CLONES)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+static inline float tanh_rational(float x) {
+  const float clamp = 7.90531110763549805f;
+  float xc = x > clamp ? clamp : (x < -clamp ? -clamp : x);
+  float x2 = xc * xc;
+  float num = -2.76076847742355e-16f;
+  num = num * x2 + 2.00018790482477e-13f;
+  num = num * x2 + -8.60467152213735e-11f;
+  num = num * x2 + 5.12229709037114e-08f;
+  num = num * x2 + 1.48572235717979e-05f;
+  num = num * x2 + 6.37261928875436e-04f;
+  num = num * x2 + 4.89352455891786e-03f;
+  num = num * xc;
+  float den = 1.19825839466702e-06f;
+  den = den * x2 + 1.18534705686654e-04f;
+  den = den * x2 + 2.26843463243900e-03f;
+  den = den * x2 + 4.89352518554385e-03f;
+  float t = num / den;
+  return fabsf(x) < 0.0004f ? x : t;
+}
+
+float attn_sdpa_tanh(float x) { return tanh_rational(x); }
+
+VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs) {
+  if (rs == 1 && ni > 1) {
+    for (int64_t c = 0; c < nk; c++) {
+      float *col = s + c * cs;
+#pragma omp simd
+      for (int64_t r = 0; r < ni; r++) col[r] = cap * tanh_rational(col[r] / cap);
+    }
+  } else {
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c * cs] = cap * tanh_rational(row[c * cs] / cap);
+    }
+  }
+}
+
+VECTOR_CLONES void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, int64_t nk, float *s, int64_t rs,
+                                        int64_t cs) {
+  if (rs == 1 && ni > 1) {
+    for (int64_t c = 0; c < nk; c++) {
+      float *col = s + c * cs;
+      float d0 = (float)(dist - c);
+#pragma omp simd
+      for (int64_t r = 0; r < ni; r++) col[r] = col[r] + -slope * fabsf(d0 + (float)(int)r);
+    }
+  } else {
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+      float d0 = (float)(dist + r);
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c * cs] = row[c * cs] + -slope * fabsf(d0 - (float)(int)c);
+    }
+  }
+}
+
 /* Slope j (0-based) of n heads, n a power of 2: start^(j + 1) with start =
  * 2^(-8/n), written as the reference's start * ratio**j. */
 static double alibi_power_of_2(int64_t n, int64_t j) {
