@@ -79,6 +79,22 @@ describe("flash decoding (split-K)", function()
     C.same_bits(sdpa(q, k, v, o), sdpa(q, k:contiguous(), v:contiguous(), o))
   end)
 
+  it("GQA reads K and V in place: no per-head copies (peak RSS, both kernels, in a child process)", function()
+    -- K and V are 64 MiB each; copies for 4 query heads per kv head would add 384 MiB or more
+    local script = [[
+local attn = require "attn"
+local k, v = attn.randn(1, 8, 32768, 64), attn.randn(1, 8, 32768, 64)
+local q = attn.randn(1, 32, 2, 64)
+local before = attn.peak_rss_mb()
+for _, kernel in ipairs({"math", "flash"}) do
+  attn.scaled_dot_product_attention(q, k, v, {kernel = kernel, enable_gqa = true, return_lse = true})
+end
+io.write(string.format("%.1f\nEND\n", attn.peak_rss_mb() - before))
+]]
+    local grown = tonumber(C.run_with_threads(2, script))
+    assert.is_true(grown < 24, ("peak RSS grew by %.1f MiB"):format(grown))
+  end)
+
   it("bits do not depend on the thread count", function()
     local script = [[
 local attn = require "attn"
