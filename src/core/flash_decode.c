@@ -200,7 +200,8 @@ attn_status attn_flash_decode(const attn_sdpa_problem *p, attn_tensor *out) {
   free(work.scratch);
 
   int64_t nrows = ngroups * c.rows;
-  int mthreads = attn_threads_for(nrows);
+  /* the merge reads nchunk (Ev + 2) floats a row: a team only pays off when that is large */
+  int mthreads = attn_threads_for(nrows * c.nchunk * (p->ev + 2) >= (1 << 18) ? nrows : 1);
   double *acc_all = malloc((size_t)(p->ev > 0 ? p->ev : 1) * sizeof(double) * (size_t)mthreads);
   if (!acc_all) {
     free(c.partial);
