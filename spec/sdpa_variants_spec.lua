@@ -247,3 +247,25 @@ describe("scaled_dot_product_attention variants: bad input", function()
     C.fails(function() sdpa(q4, q4, q4, {windows = {1, 1}}) end, NAME, "unknown option 'windows'", "softcap")
   end)
 end)
+
+-- Gradients through attn's autograd (its backward recomposes the attention
+-- from tensor ops, lua/attn/autograd/attention.lua) over each kernel's
+-- forward, against torch autograd of the float64 reference.
+describe("scaled_dot_product_attention variants: gradients against PyTorch 1.13", function()
+  for _, c in ipairs(FIX.grads) do
+    for _, kernel in ipairs {"math", "flash"} do
+      it(kernel .. ": " .. describe_case(c), function()
+        local q, k, v, o = inputs(c)
+        local g = attn.randn(c.b, c.hq, c.lq, c.ev)
+        local leaves = {q, k, v, o.bias}
+        for _, t in ipairs(leaves) do attn.autograd.requires_grad_(t, true) end
+        o.kernel, o.return_lse = kernel, nil
+        sdpa(q, k, v, o):backward(g)
+        C.close(q.grad, c.dq, RTOL, ATOL, "dq")
+        C.close(k.grad, c.dk, RTOL, ATOL, "dk")
+        C.close(v.grad, c.dv, RTOL, ATOL, "dv")
+        if c.dbias then C.close(o.bias.grad, c.dbias, RTOL, ATOL, "dbias") end
+      end)
+    end
+  end
+end)
