@@ -81,3 +81,28 @@ describe("attn.rope against PyTorch 1.13", function()
     C.fails(function() attn._rope_backward(attn.randn(3, 3)) end, "attn._rope_backward: bad argument #1 'grad'")
   end)
 end)
+
+describe("attn.rope under autograd", function()
+  for _, c in ipairs(FIX) do
+    it("x.grad of rope(x):backward(grad) is torch autograd's: " .. c.name, function()
+      attn.manual_seed(c.seed)
+      local x = attn.randn(table.unpack(c.shape))
+      local grad = attn.randn(table.unpack(c.shape))
+      attn.autograd.requires_grad_(x, true)
+      local positions = c.positions and attn.tensor(c.positions) or nil
+      local y = attn.rope(x, {style = c.style, base = c.base, positions = positions})
+      assert.equal("RopeBackward0", y.grad_fn:name())
+      if positions then positions:fill_(0) end -- changing the positions after the forward changes nothing
+      y:backward(grad)
+      C.close(x.grad, c.dx, RTOL, ATOL, "dx")
+    end)
+  end
+  it("without grad the output has no history and the same bits", function()
+    attn.manual_seed(3)
+    local x = attn.randn(2, 5, 8)
+    local a = attn.rope(x, {style = "interleaved"})
+    assert.is_nil(a.grad_fn)
+    attn.autograd.requires_grad_(x, true)
+    C.same_bits(attn.rope(x, {style = "interleaved"}):detach(), a)
+  end)
+end)

@@ -372,7 +372,8 @@
 -- `style` "half" pairs (x[i], x[i + E/2]) as Llama and GPT-NeoX (rotate_half); "interleaved" pairs
 -- (x[2i-1], x[2i]) as GPT-J. Positions are 1-based (position 1 is not rotated), default 1..n;
 -- any numbers (a KV cache's offsets, fractions). Angles are computed in double.
--- `attn._rope_backward(grad, opts)` (raw, for the autograd engine) rotates by -theta.
+-- Differentiable (`RopeBackward0`): its backward is `attn._rope_backward(grad, opts)`, the rotation by
+-- -theta in C (raw, also callable directly).
 -- @param x tensor [..., n, E]
 -- @param[opt] opts table: `positions` (or opts[1]: a tensor [n] or a list of n numbers), `base` (default 10000), `style` ("half", the default, or "interleaved")
 -- @return a new tensor of x's shape
