@@ -98,6 +98,8 @@ describe("scaled_dot_product_attention variants, exact properties", function()
     it(kernel .. ": window {-1, -1} and enable_gqa with equal head counts change nothing", function()
       local plain = sdpa(q, k, v, {kernel = kernel})
       C.same_bits(sdpa(q, k, v, {kernel = kernel, window = {-1, -1}}), plain)
+      C.same_bits(sdpa(q, k, v, {kernel = kernel, window = {math.maxinteger, math.maxinteger}}), plain)
+      C.same_bits(sdpa(q, k, v, {kernel = kernel, window = {22, 13}}), plain) -- wider than Lq + Lk
       C.same_bits(sdpa(q, k, v, {kernel = kernel, enable_gqa = true}), plain)
     end)
     it(kernel .. ": window {-1, 0} with Lq = Lk is is_causal", function()

@@ -128,8 +128,9 @@ static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_probl
     if (opts->window_left < -1 || opts->window_right < -1)
       return attn_fail(ATTN_EARG, "window sizes must be >= -1 (-1 = unbounded), got {%lld, %lld}",
                        (long long)opts->window_left, (long long)opts->window_right);
-    p->window_left = opts->window_left;
-    p->window_right = opts->window_right;
+    /* a side wider than every key is unbounded: so i + d -+ size never overflows */
+    p->window_left = opts->window_left > p->lq + p->lk ? -1 : opts->window_left;
+    p->window_right = opts->window_right > p->lq + p->lk ? -1 : opts->window_right;
   }
   if (!(opts->softcap >= 0.0f) || isinf(opts->softcap))
     return attn_fail(ATTN_EARG, "softcap must be a finite number > 0 (0 = none), got %g", (double)opts->softcap);
