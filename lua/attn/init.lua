@@ -112,6 +112,7 @@ local autograd = require "attn.autograd"
 attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
 attn.scaled_dot_product_attention = require("attn.autograd.attention").scaled_dot_product_attention
+attn.rope = require("attn.autograd.rope").rope
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).

@@ -88,6 +88,7 @@ int attnL_push_version(lua_State *L, int arg);
 void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);
 void attnL_open_attention(lua_State *L);
+void attnL_open_rope(lua_State *L);
 void attnL_open_rng(lua_State *L);
 /* This Lua state's random generator (torch's default CPU generator): one per
  * state, kept in the registry and created by luaopen, shared by the state's

@@ -289,7 +289,7 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`
+-- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking)
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
@@ -401,5 +401,27 @@
 --- The dropout stream in use: "mkl" or "default" (see attn.set_dropout_stream).
 -- @return a string
 -- @function get_dropout_stream
+-- Attention variants (issue #15) ---------------------------------------------
+
+--- The ALiBi paper's head slopes [H], as its reference get_slopes: for H a power of 2,
+-- 2^(-8/H) to the powers 1..H; else those of the largest power of 2 below H followed by every
+-- other slope of twice that power. For `scaled_dot_product_attention`'s `alibi_slopes`.
+-- @param H an integer >= 1
+-- @return a tensor [H]
+-- @usage attn.alibi_slopes(4) --> tensor([0.2500, 0.0625, 0.0156, 0.0039])
+-- @function alibi_slopes
+
+--- Rotary position embedding of x [..., n, E] (E even): each pair (a, b) of row r is rotated by
+-- theta = (p_r - 1) * base^(-2i/E) (i = 0 .. E/2 - 1), a' = a cos - b sin, b' = b cos + a sin.
+-- `style` "half" pairs (x[i], x[i + E/2]) as Llama and GPT-NeoX (rotate_half); "interleaved" pairs
+-- (x[2i-1], x[2i]) as GPT-J. Positions are 1-based (position 1 is not rotated), default 1..n;
+-- any numbers (a KV cache's offsets, fractions). Angles are computed in double.
+-- Differentiable (`RopeBackward0`): its backward is `attn._rope_backward(grad, opts)`, the rotation by
+-- -theta in C (raw, also callable directly).
+-- @param x tensor [..., n, E]
+-- @param[opt] opts table: `positions` (or opts[1]: a tensor [n] or a list of n numbers), `base` (default 10000), `style` ("half", the default, or "interleaved")
+-- @return a new tensor of x's shape
+-- @usage attn.rope(q, {style = "half"})
+-- @function rope
 
 return {}
