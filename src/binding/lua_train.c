@@ -7,6 +7,7 @@
  * errors are raised under (default "attn.core.train.NAME"), so that a user of
  * nn.functional.cross_entropy reads that name. Strided inputs are copied to
  * contiguous ones here; the in-place optimizer operands must be contiguous. */
+#include <stdarg.h>
 #include <string.h>
 
 #include "attn_lua.h"
@@ -15,6 +16,22 @@
 /* The optional fname at arg (a string), else the default. */
 static const char *fname_at(lua_State *L, int arg, const char *dflt) {
   return lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : dflt;
+}
+
+/* Raise "fname: message". Called with a public fname by the Lua layer, the
+ * message has no position (it would be one inside attn's Lua files); called
+ * directly (fname is the raw name, "attn.core.train.*"), the caller's position
+ * comes first, as attnL_error's. */
+static int train_error(lua_State *L, const char *fname, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (strncmp(fname, "attn.core.train.", 16) == 0) luaL_where(L, 1);
+  else lua_pushliteral(L, "");
+  lua_pushfstring(L, "%s: ", fname);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  lua_concat(L, 3);
+  return lua_error(L);
 }
 
 /* A contiguous tensor for the tensor argument arg (pushed on the stack, which keeps it alive). */
@@ -45,7 +62,7 @@ static attn_tensor as_flat(const attn_tensor *t) {
 }
 
 static void check_status(lua_State *L, attn_status st, const char *fname) {
-  if (st != ATTN_OK) attnL_core_error(L, fname);
+  if (st != ATTN_OK) train_error(L, fname, "%s", attn_error_message());
 }
 
 /* Whether shape a equals shape b with its last dim dropped. */
@@ -59,7 +76,7 @@ static int is_leading_shape(const attn_tensor *a, const attn_tensor *b) {
 static attn_gelu_approximate check_approximate(lua_State *L, int arg, const char *fname) {
   const char *s = lua_tostring(L, arg);
   if (lua_type(L, arg) != LUA_TSTRING || (strcmp(s, "none") && strcmp(s, "tanh")))
-    attnL_error(L, fname, "bad option 'approximate' (expected \"none\" or \"tanh\", got %s)",
+    train_error(L, fname, "bad option 'approximate' (expected \"none\" or \"tanh\", got %s)",
                 lua_type(L, arg) == LUA_TSTRING ? s : luaL_typename(L, arg));
   return strcmp(s, "tanh") == 0 ? ATTN_GELU_TANH : ATTN_GELU_ERF;
 }
@@ -71,7 +88,7 @@ static attn_reduction check_reduction(lua_State *L, int arg, const char *fname) 
     if (!strcmp(s, "sum")) return ATTN_REDUCTION_SUM;
     if (!strcmp(s, "none")) return ATTN_REDUCTION_NONE;
   }
-  attnL_error(L, fname, "bad option 'reduction' (expected \"mean\", \"sum\" or \"none\", got %s)",
+  train_error(L, fname, "bad option 'reduction' (expected \"mean\", \"sum\" or \"none\", got %s)",
               lua_type(L, arg) == LUA_TSTRING ? s : luaL_typename(L, arg));
   return ATTN_REDUCTION_MEAN;
 }
@@ -87,15 +104,15 @@ static int l_layer_norm(lua_State *L) {
   const attn_tensor *b = opt_input(L, 3, fname, "bias");
   double eps = attnL_checknumber(L, 4, fname, "eps");
   char s1[128], s2[128];
-  if (x->ndim < 1) attnL_error(L, fname, "'input' must have at least 1 dim, got a 0-dim tensor");
+  if (x->ndim < 1) train_error(L, fname, "'input' must have at least 1 dim, got a 0-dim tensor");
   int64_t d = x->size[x->ndim - 1];
   if (w && (w->ndim != 1 || w->size[0] != d))
-    attnL_error(L, fname, "'weight' of shape %s does not fit input %s (expected [%I])", attnL_shape(w, s1, sizeof s1),
+    train_error(L, fname, "'weight' of shape %s does not fit input %s (expected [%I])", attnL_shape(w, s1, sizeof s1),
                 attnL_shape(x, s2, sizeof s2), (lua_Integer)d);
   if (b && (b->ndim != 1 || b->size[0] != d))
-    attnL_error(L, fname, "'bias' of shape %s does not fit input %s (expected [%I])", attnL_shape(b, s1, sizeof s1),
+    train_error(L, fname, "'bias' of shape %s does not fit input %s (expected [%I])", attnL_shape(b, s1, sizeof s1),
                 attnL_shape(x, s2, sizeof s2), (lua_Integer)d);
-  if (!(eps >= 0.0)) attnL_error(L, fname, "bad option 'eps' (expected a number >= 0, got %f)", eps);
+  if (!(eps >= 0.0)) train_error(L, fname, "bad option 'eps' (expected a number >= 0, got %f)", eps);
   attn_tensor x2 = as_rows(x);
   attn_tensor *y = attnL_push_uninit(L, x->ndim, x->size, fname);
   attn_tensor *mean = attnL_push_uninit(L, 1, &x2.size[0], fname);
@@ -117,7 +134,7 @@ static int l_layer_norm_backward(lua_State *L) {
   int want_dx = lua_toboolean(L, 6), want_dw = lua_toboolean(L, 7), want_db = lua_toboolean(L, 8);
   char s1[128], s2[128];
   if (x->ndim < 1 || !attn_same_shape(g, x))
-    attnL_error(L, fname, "'grad' of shape %s does not match x %s", attnL_shape(g, s1, sizeof s1),
+    train_error(L, fname, "'grad' of shape %s does not match x %s", attnL_shape(g, s1, sizeof s1),
                 attnL_shape(x, s2, sizeof s2));
   int64_t d = x->size[x->ndim - 1];
   attn_tensor x2 = as_rows(x), g2 = as_rows(g);
@@ -157,7 +174,7 @@ static int l_gelu_backward(lua_State *L) {
   attn_gelu_approximate a = check_approximate(L, 3, fname);
   char s1[128], s2[128];
   if (!attn_same_shape(g, x))
-    attnL_error(L, fname, "'grad' of shape %s does not match x %s", attnL_shape(g, s1, sizeof s1),
+    train_error(L, fname, "'grad' of shape %s does not match x %s", attnL_shape(g, s1, sizeof s1),
                 attnL_shape(x, s2, sizeof s2));
   attn_tensor *dx = attnL_push_uninit(L, x->ndim, x->size, fname);
   check_status(L, attn_gelu_backward(g, x, dx, a), fname);
@@ -169,12 +186,12 @@ static int l_gelu_backward(lua_State *L) {
 /* The shared checks of cross_entropy and its backward: logits [..., C], target [...]. */
 static void check_logits_target(lua_State *L, const attn_tensor *logits, const attn_tensor *target, const char *fname) {
   char s1[128], s2[128];
-  if (logits->ndim < 1) attnL_error(L, fname, "'input' must have at least 1 dim ([..., C]), got a 0-dim tensor");
+  if (logits->ndim < 1) train_error(L, fname, "'input' must have at least 1 dim ([..., C]), got a 0-dim tensor");
   if (!is_leading_shape(target, logits)) {
     attn_tensor want = *logits;
     want.ndim--;
     char s3[128];
-    attnL_error(L, fname, "'target' of shape %s does not fit input %s (expected %s: one class id per row)",
+    train_error(L, fname, "'target' of shape %s does not fit input %s (expected %s: one class id per row)",
                 attnL_shape(target, s1, sizeof s1), attnL_shape(logits, s2, sizeof s2), attnL_shape(&want, s3, sizeof s3));
   }
 }
@@ -189,7 +206,7 @@ static int l_cross_entropy(lua_State *L) {
   attn_reduction red = check_reduction(L, 4, fname);
   double ls = attnL_checknumber(L, 5, fname, "label_smoothing");
   if (!(ls >= 0.0 && ls <= 1.0))
-    attnL_error(L, fname, "bad option 'label_smoothing' (expected a number in [0, 1], got %f)", ls);
+    train_error(L, fname, "bad option 'label_smoothing' (expected a number in [0, 1], got %f)", ls);
   check_logits_target(L, logits, target, fname);
   attn_tensor l2 = as_rows(logits), t1 = as_flat(target);
   attn_tensor *loss = red == ATTN_REDUCTION_NONE ? attnL_push_uninit(L, target->ndim, target->size, fname)
@@ -216,7 +233,7 @@ static int l_cross_entropy_backward(lua_State *L) {
   check_logits_target(L, logits, target, fname);
   char s1[128], s2[128];
   if (red == ATTN_REDUCTION_NONE ? !attn_same_shape(g, target) : attn_numel(g) != 1)
-    attnL_error(L, fname, "'grad' of shape %s does not fit the loss (target %s, reduction %s)",
+    train_error(L, fname, "'grad' of shape %s does not fit the loss (target %s, reduction %s)",
                 attnL_shape(g, s1, sizeof s1), attnL_shape(target, s2, sizeof s2), lua_tostring(L, 6));
   attn_tensor l2 = as_rows(logits), t1 = as_flat(target), g1 = as_flat(g), lse1 = as_flat(lse);
   attn_tensor *dl = attnL_push_uninit(L, logits->ndim, logits->size, fname);
@@ -233,9 +250,10 @@ static int l_embedding(lua_State *L) {
   const attn_tensor *w = input(L, 1, fname, "weight");
   const attn_tensor *ids = input(L, 2, fname, "input");
   char s1[128];
-  if (w->ndim != 2) attnL_error(L, fname, "'weight' must be 2-D [num_embeddings, embedding_dim], got %s", attnL_shape(w, s1, sizeof s1));
+  if (w->ndim != 2) train_error(L, fname, "'weight' must be 2-D [num_embeddings, embedding_dim], got %s", attnL_shape(w, s1, sizeof s1));
   if (ids->ndim >= ATTN_MAX_DIMS)
-    attnL_error(L, fname, "'input' has %d dims; the result would have more than %d", ids->ndim, ATTN_MAX_DIMS);
+    train_error(L, fname, "'input' has %d dims; the result would have more than %d", ids->ndim, ATTN_MAX_DIMS);
+  check_status(L, attn_embedding_check_ids(ids, w->size[0]), fname); /* before allocating the output */
   int64_t size[ATTN_MAX_DIMS];
   for (int d = 0; d < ids->ndim; d++) size[d] = ids->size[d];
   size[ids->ndim] = w->size[1];
@@ -253,9 +271,9 @@ static int l_embedding_backward(lua_State *L) {
   int64_t v = attnL_checkinteger(L, 3, fname, "num_embeddings");
   char s1[128], s2[128];
   if (!is_leading_shape(ids, g))
-    attnL_error(L, fname, "'grad' of shape %s does not fit ids %s", attnL_shape(g, s1, sizeof s1),
+    train_error(L, fname, "'grad' of shape %s does not fit ids %s", attnL_shape(g, s1, sizeof s1),
                 attnL_shape(ids, s2, sizeof s2));
-  if (v < 0) attnL_error(L, fname, "bad argument #3 'num_embeddings' (expected >= 0, got %I)", (lua_Integer)v);
+  if (v < 0) train_error(L, fname, "bad argument #3 'num_embeddings' (expected >= 0, got %I)", (lua_Integer)v);
   int64_t size[2] = {v, g->size[g->ndim - 1]};
   attn_tensor *dw = attnL_push_uninit(L, 2, size, fname);
   attn_tensor ids1 = as_flat(ids), g2 = as_rows(g);
@@ -270,11 +288,11 @@ static attn_tensor *state_tensor(lua_State *L, int arg, const char *fname, const
   attn_tensor *t = attnL_check(L, arg, fname, what);
   char s1[128];
   if (!attn_is_contiguous(t))
-    attnL_error(L, fname, "'%s' must be a contiguous tensor (got a strided view of shape %s)", what,
+    train_error(L, fname, "'%s' must be a contiguous tensor (got a strided view of shape %s)", what,
                 attnL_shape(t, s1, sizeof s1));
   if (param && !attn_same_shape(t, param)) {
     char s2[128];
-    attnL_error(L, fname, "'%s' of shape %s does not match the parameter %s", what, attnL_shape(t, s1, sizeof s1),
+    train_error(L, fname, "'%s' of shape %s does not match the parameter %s", what, attnL_shape(t, s1, sizeof s1),
                 attnL_shape(param, s2, sizeof s2));
   }
   return t;
@@ -284,7 +302,7 @@ static const attn_tensor *grad_of(lua_State *L, int arg, const char *fname, cons
   const attn_tensor *g = input(L, arg, fname, "grad");
   char s1[128], s2[128];
   if (!attn_same_shape(g, param))
-    attnL_error(L, fname, "'grad' of shape %s does not match the parameter %s", attnL_shape(g, s1, sizeof s1),
+    train_error(L, fname, "'grad' of shape %s does not match the parameter %s", attnL_shape(g, s1, sizeof s1),
                 attnL_shape(param, s2, sizeof s2));
   return g;
 }
@@ -330,12 +348,12 @@ static int l_clip_grad_norm_coef(lua_State *L) {
   const char *fname = fname_at(L, 3, "attn.core.train.clip_grad_norm_coef");
   if (!lua_istable(L, 1)) {
     char buf[64];
-    attnL_error(L, fname, "bad argument #1 'grads' (expected a list of attn.Tensor, got %s)",
+    train_error(L, fname, "bad argument #1 'grads' (expected a list of attn.Tensor, got %s)",
                 attnL_typename(L, 1, buf, sizeof buf));
   }
   double max_norm = attnL_checknumber(L, 2, fname, "max_norm");
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
-  if (n > 1000000) attnL_error(L, fname, "too many gradients (%I)", (lua_Integer)n);
+  if (n > 1000000) train_error(L, fname, "too many gradients (%I)", (lua_Integer)n);
   /* the contiguous gradients stay on the stack; their descriptors in a userdata array */
   luaL_checkstack(L, 8, fname);
   const attn_tensor **list = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *list, 0);
@@ -345,7 +363,7 @@ static int l_clip_grad_norm_coef(lua_State *L) {
     lua_rawgeti(L, 1, i);
     if (!attnL_test(L, -1)) {
       char buf[64];
-      attnL_error(L, fname, "gradient #%I is not an attn.Tensor (got %s)", (lua_Integer)i,
+      train_error(L, fname, "gradient #%I is not an attn.Tensor (got %s)", (lua_Integer)i,
                   attnL_typename(L, -1, buf, sizeof buf));
     }
     list[i - 1] = attnL_push_contiguous(L, lua_gettop(L), fname);

@@ -22,7 +22,7 @@
 
 #define PARALLEL_ELEMS 32768
 
-static attn_status check_ids(const attn_tensor *ids, int64_t v) {
+attn_status attn_embedding_check_ids(const attn_tensor *ids, int64_t v) {
   const int64_t n = attn_numel(ids);
   for (int64_t i = 0; i < n; i++) {
     double t = (double)ids->data[i];
@@ -47,7 +47,7 @@ static attn_status check_shapes(const attn_tensor *table, const attn_tensor *ids
 
 attn_status attn_embedding_forward(const attn_tensor *weight, const attn_tensor *ids, attn_tensor *out) {
   attn_status st;
-  if ((st = check_shapes(weight, ids, out, "weight", "out")) || (st = check_ids(ids, weight->size[0]))) return st;
+  if ((st = check_shapes(weight, ids, out, "weight", "out")) || (st = attn_embedding_check_ids(ids, weight->size[0]))) return st;
   const int64_t n = ids->size[0], d = weight->size[1];
   const float *w = weight->data, *is = ids->data;
   float *o = out->data;
@@ -60,7 +60,7 @@ attn_status attn_embedding_forward(const attn_tensor *weight, const attn_tensor 
 
 attn_status attn_embedding_backward(const attn_tensor *dy, const attn_tensor *ids, attn_tensor *dweight) {
   attn_status st;
-  if ((st = check_shapes(dweight, ids, dy, "dweight", "grad")) || (st = check_ids(ids, dweight->size[0]))) return st;
+  if ((st = check_shapes(dweight, ids, dy, "dweight", "grad")) || (st = attn_embedding_check_ids(ids, dweight->size[0]))) return st;
   const int64_t n = ids->size[0], v = dweight->size[0], d = dweight->size[1];
   const float *g = dy->data, *is = ids->data;
   float *dw = dweight->data;

@@ -54,6 +54,10 @@ attn_status attn_cross_entropy_backward(const attn_tensor *grad, const attn_tens
                                         double label_smoothing, attn_tensor *dlogits);
 
 /* ---------------------------------------------------------------- embedding */
+/* ATTN_OK when every id of ids [*] is an integer value in [1, v], else
+ * ATTN_EARG naming the first bad one (what the binding checks before it
+ * allocates an output). */
+attn_status attn_embedding_check_ids(const attn_tensor *ids, int64_t v);
 /* weight [V, D], ids [N] (integer-valued, 1..V) -> out [N, D] = weight rows. */
 attn_status attn_embedding_forward(const attn_tensor *weight, const attn_tensor *ids, attn_tensor *out);
 /* dy [N, D], ids [N] -> dweight [V, D] = sum of the dy rows of each id. */

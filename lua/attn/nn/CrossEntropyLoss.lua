@@ -27,9 +27,7 @@ end
 function CrossEntropyLoss:forward(input, target)
   local ok, loss = pcall(F.cross_entropy, input, target,
     {ignore_index = self.ignore_index, reduction = self.reduction, label_smoothing = self.label_smoothing})
-  if not ok then
-    error("CrossEntropyLoss:forward: " .. tostring(loss):gsub("^attn%.nn%.functional%.cross_entropy: ", ""), 2)
-  end
+  if not ok then checks.forward_error("CrossEntropyLoss", "attn.nn.functional.cross_entropy", loss) end
   return loss
 end
 

@@ -21,7 +21,7 @@ end
 
 function Embedding:forward(ids)
   local ok, out = pcall(F.embedding, ids, self.weight)
-  if not ok then error("Embedding:forward: " .. tostring(out):gsub("^attn%.nn%.functional%.embedding: ", ""), 2) end
+  if not ok then checks.forward_error("Embedding", "attn.nn.functional.embedding", out) end
   return out
 end
 

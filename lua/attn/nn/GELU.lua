@@ -19,7 +19,7 @@ end
 
 function GELU:forward(x)
   local ok, y = pcall(F.gelu, x, {approximate = self.approximate})
-  if not ok then error("GELU:forward: " .. tostring(y):gsub("^attn%.nn%.functional%.gelu: ", ""), 2) end
+  if not ok then checks.forward_error("GELU", "attn.nn.functional.gelu", y) end
   return y
 end
 

@@ -31,7 +31,7 @@ end
 
 function LayerNorm:forward(x)
   local ok, y = pcall(F.layer_norm, x, self.normalized_shape, self.weight, self.bias, self.eps)
-  if not ok then error("LayerNorm:forward: " .. tostring(y):gsub("^attn%.nn%.functional%.layer_norm: ", ""), 2) end
+  if not ok then checks.forward_error("LayerNorm", "attn.nn.functional.layer_norm", y) end
   return y
 end
 

@@ -21,9 +21,17 @@ function Sequential:init(...)
   end
 end
 
---- x -> m_n(...(m_2(m_1(x)))); with no modules, x itself.
+--- x -> m_n(...(m_2(m_1(x)))); with no modules, x itself. An error names
+-- the child it came from ("Sequential:forward: child 2 (Linear): ...").
 function Sequential:forward(x)
-  for i = 1, #self do x = self[i](x) end
+  for i = 1, #self do
+    local m = self[i]
+    local ok, y = pcall(m, x)
+    if not ok then
+      error(("Sequential:forward: child %d (%s): %s"):format(i - 1, getmetatable(m).__name, tostring(y)), 2)
+    end
+    x = y
+  end
   return x
 end
 

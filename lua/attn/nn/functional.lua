@@ -7,7 +7,7 @@
 local attn = require "attn"
 local ops = require "attn.autograd.train_ops"
 
-local F = {}
+local functional = {}
 
 local function describe(v)
   if attn.is_tensor(v) then return "attn.Tensor" end
@@ -16,12 +16,13 @@ local function describe(v)
   return type(v)
 end
 
-local function bad(fname, argn, what, expected, v)
-  error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(fname, argn, what, expected, describe(v)), 3)
+-- level: 3 when called from a public function, 4 from a check helper (the user's call either way)
+local function bad(fname, argn, what, expected, v, level)
+  error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(fname, argn, what, expected, describe(v)), level or 3)
 end
 
 local function check_tensor(fname, v, argn, what)
-  if not attn.is_tensor(v) then bad(fname, argn, what, "attn.Tensor", v) end
+  if not attn.is_tensor(v) then bad(fname, argn, what, "attn.Tensor", v, 4) end
   return v
 end
 
@@ -32,25 +33,25 @@ local function check_ids(fname, v, argn, what)
     local ok, t = pcall(attn.tensor, v)
     if ok then return t end
     error(("%s: bad argument #%d '%s' (a table of ids must be a list (of lists) of numbers: %s)"):format(fname,
-      argn, what, tostring(t):gsub("^.-attn%.tensor: ", "")), 3)
+      argn, what, (tostring(t):gsub("^.-attn%.tensor: ", ""))), 3)
   end
-  bad(fname, argn, what, "an attn.Tensor or a table of 1-based ids", v)
+  bad(fname, argn, what, "an attn.Tensor or a table of 1-based ids", v, 4)
 end
 
 -- an options table whose keys are all in `known` ({name = "type"}), or nil
 local function check_options(fname, opts, argn, known)
   if opts == nil then return {} end
-  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(fname, argn, "opts", "a table of options", opts) end
+  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(fname, argn, "opts", "a table of options", opts, 4) end
   for k, v in pairs(opts) do
     local want = known[k]
     if not want then
       local names = {}
       for n in pairs(known) do names[#names + 1] = n end
       table.sort(names)
-      error(("%s: unknown option '%s' (known: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 3)
+      error(("%s: unknown option '%s' (known: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 4)
     end
     if type(v) ~= want then
-      error(("%s: bad option '%s' (expected %s, got %s)"):format(fname, k, want, describe(v)), 3)
+      error(("%s: bad option '%s' (expected %s, got %s)"):format(fname, k, want, describe(v)), 4)
     end
   end
   return opts
@@ -66,7 +67,7 @@ end
 -- @param target class ids [...], a tensor or a table
 -- @param[opt] opts {ignore_index = -100, reduction = "mean", label_smoothing = 0}
 -- @return the loss
-function F.cross_entropy(input, target, opts)
+function functional.cross_entropy(input, target, opts)
   local fname = "attn.nn.functional.cross_entropy"
   check_tensor(fname, input, 1, "input")
   target = check_ids(fname, target, 2, "target")
@@ -80,7 +81,7 @@ end
 -- "tanh" (0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the book's GELU).
 -- @param input tensor
 -- @param[opt] opts {approximate = "none"}
-function F.gelu(input, opts)
+function functional.gelu(input, opts)
   local fname = "attn.nn.functional.gelu"
   check_tensor(fname, input, 1, "input")
   opts = check_options(fname, opts, 2, {approximate = "string"})
@@ -91,12 +92,12 @@ end
 local function normalized_dims(fname, shape, argn)
   if type(shape) == "number" then shape = {shape} end
   if type(shape) ~= "table" or attn.is_tensor(shape) or #shape == 0 then
-    bad(fname, argn, "normalized_shape", "a positive integer or a list of them", shape)
+    bad(fname, argn, "normalized_shape", "a positive integer or a list of them", shape, 4)
   end
   local dims = {}
   for i, d in ipairs(shape) do
     local n = type(d) == "number" and math.tointeger(d) or nil
-    if not n or n < 1 then bad(fname, argn, "normalized_shape", "positive integers", d) end
+    if not n or n < 1 then bad(fname, argn, "normalized_shape", "positive integers", d, 4) end
     dims[i] = n
   end
   return dims
@@ -111,7 +112,7 @@ end
 -- @param[opt] weight tensor
 -- @param[opt] bias tensor
 -- @param[opt=1e-5] eps
-function F.layer_norm(input, normalized_shape, weight, bias, eps)
+function functional.layer_norm(input, normalized_shape, weight, bias, eps)
   local fname = "attn.nn.functional.layer_norm"
   check_tensor(fname, input, 1, "input")
   local dims = normalized_dims(fname, normalized_shape, 2)
@@ -154,7 +155,7 @@ function F.layer_norm(input, normalized_shape, weight, bias, eps)
 end
 
 --- y = input weight^T + bias: input [..., in], weight [out, in], bias [out] (optional).
-function F.linear(input, weight, bias)
+function functional.linear(input, weight, bias)
   local fname = "attn.nn.functional.linear"
   check_tensor(fname, input, 1, "input")
   check_tensor(fname, weight, 2, "weight")
@@ -164,6 +165,10 @@ function F.linear(input, weight, bias)
       table.concat(input:size(), ", "), table.concat(weight:size(), ", "),
       weight:dim() == 2 and tostring(weight:size(2)) or "in"), 2)
   end
+  if bias ~= nil and (bias:dim() ~= 1 or bias:size(1) ~= weight:size(1)) then
+    error(("%s: 'bias' of shape [%s] does not fit weight [%s] (expected [%d])"):format(fname,
+      table.concat(bias:size(), ", "), table.concat(weight:size(), ", "), weight:size(1)), 2)
+  end
   local y = attn.matmul(input, weight:t())
   if bias ~= nil then y = y + bias end
   return y
@@ -172,7 +177,7 @@ end
 --- Rows of weight [V, D] at 1-based ids input [...] (a tensor or a table) -> [..., D].
 -- @param input ids
 -- @param weight tensor [V, D]
-function F.embedding(input, weight)
+function functional.embedding(input, weight)
   local fname = "attn.nn.functional.embedding"
   input = check_ids(fname, input, 1, "input")
   check_tensor(fname, weight, 2, "weight")
@@ -181,7 +186,7 @@ end
 
 --- Dropout: zeroes each element with probability p (default 0.5) and scales
 -- the rest by 1 / (1 - p) when training (default true); else the input itself.
-function F.dropout(input, p, training)
+function functional.dropout(input, p, training)
   local fname = "attn.nn.functional.dropout"
   check_tensor(fname, input, 1, "input")
   if p == nil then p = 0.5 end
@@ -192,12 +197,12 @@ function F.dropout(input, p, training)
 end
 
 --- softmax of input along dim (1-based; negative counts from the end).
-function F.softmax(input, dim)
+function functional.softmax(input, dim)
   check_tensor("attn.nn.functional.softmax", input, 1, "input")
   return attn.softmax(input, dim)
 end
 
 --- attn.scaled_dot_product_attention(q, k, v[, opts]) (see its doc).
-F.scaled_dot_product_attention = attn.scaled_dot_product_attention
+functional.scaled_dot_product_attention = attn.scaled_dot_product_attention
 
-return F
+return functional
