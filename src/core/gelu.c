@@ -8,8 +8,9 @@
  *           dx = dy * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)),
  *                t = tanh(k (x + 0.044715 x^3))
  * Contract: contiguous float32, one element count for every operand.
- * Error against torch 1.13 (spec/train_kernels_spec.lua): within 2e-6
- * relative (torch's vectorised erf/tanh differ from glibc's in the last bits).
+ * Error against torch 1.13 (spec/train_kernels_spec.lua fixtures, max |error| over
+ * max |value|, x in [-8, 8]): y 6e-8 ("none"), 7e-9 ("tanh"), dx 9.4e-8 (torch's
+ * vectorised erf/tanh differ from glibc's in the last bits; the spec allows 2e-6).
  * Threads: each element is independent, so bits do not depend on the count. */
 #include <math.h>
 
