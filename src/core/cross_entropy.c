@@ -3,7 +3,8 @@
  * cross_entropy_loss_label_smoothing), class ids counted from 1.
  *
  * Forward, logits [N, C], target [N], ls = label_smoothing; per row i whose
- * target t_i is not ignore_index (sums in double):
+ * target t_i is not ignore_index (sums in double, exponentials from
+ * attn_exp_nonpos, vectorised: exp_nonpos.h):
  *   lse_i    = m_i + log(sum_c exp(x_ic - m_i)),  m_i = max_c x_ic
  *   nll_i    = lse_i - x_{i,t_i}                 (-log softmax at the target)
  *   smooth_i = sum_c (lse_i - x_ic) = C lse_i - sum_c x_ic
@@ -23,10 +24,37 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "exp_nonpos.h"
 #include "threads.h"
 #include "train.h"
 
 #define PARALLEL_ELEMS 32768
+#define ROW_CHUNK 256
+
+/* e[j] = exp(x[j] - shift) for n <= ROW_CHUNK values x <= shift (vectorised) */
+ATTN_VECTOR_CLONES static void exp_shifted(const float *x, float shift, float *e, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) e[j] = attn_exp_nonpos(x[j] - shift);
+}
+
+/* sum_j exp(x_j - m) over a row of c values, in double, in order (m = the row's max) */
+static double sum_exp(const float *x, int64_t c, float m) {
+  float e[ROW_CHUNK];
+  double s = 0.0;
+  for (int64_t j0 = 0; j0 < c; j0 += ROW_CHUNK) {
+    int64_t len = c - j0 < ROW_CHUNK ? c - j0 : ROW_CHUNK;
+    exp_shifted(x + j0, m, e, len);
+    for (int64_t j = 0; j < len; j++) s += (double)e[j];
+  }
+  return s;
+}
+
+/* dr[j] = w (exp(x_j - lse) - per_class) for a row of c values (vectorised) */
+ATTN_VECTOR_CLONES static void softmax_grad_row(const float *x, float lse, float w, float per_class, float *dr,
+                                                int64_t c) {
+#pragma omp simd
+  for (int64_t j = 0; j < c; j++) dr[j] = w * (attn_exp_nonpos(x[j] - lse) - per_class);
+}
 
 /* Every target is ignore_index or an integer in [1, c]. */
 static attn_status check_targets(const attn_tensor *target, int64_t c, double ignore_index) {
@@ -75,9 +103,8 @@ attn_status attn_cross_entropy_forward(const attn_tensor *logits, const attn_ten
     const float *xr = xs + i * c;
     float m = -INFINITY;
     for (int64_t j = 0; j < c; j++) m = xr[j] > m || xr[j] != xr[j] ? xr[j] : m;
-    double s = 0.0, sx = 0.0;
-    for (int64_t j = 0; j < c; j++) s += exp((double)xr[j] - (double)m);
-    double l = (double)m + log(s);
+    double sx = 0.0;
+    double l = (double)m + log(sum_exp(xr, c, m));
     if (smoothing)
       for (int64_t j = 0; j < c; j++) sx += (double)xr[j];
     lses[i] = (float)l;
@@ -140,12 +167,9 @@ attn_status attn_cross_entropy_backward(const attn_tensor *grad, const attn_tens
       continue;
     }
     double w = (double)(reduction == ATTN_REDUCTION_NONE ? gs[i] : gs[0]) * scale;
-    double l = (double)ls[i];
     int64_t ti = (int64_t)t - 1;
-    for (int64_t j = 0; j < c; j++) {
-      double p = exp((double)xr[j] - l) - per_class - (j == ti ? keep : 0.0);
-      dr[j] = (float)(w * p);
-    }
+    softmax_grad_row(xr, ls[i], (float)w, (float)per_class, dr, c);
+    dr[ti] = (float)(w * ((double)attn_exp_nonpos(xr[ti] - ls[i]) - per_class - keep));
   }
   return ATTN_OK;
 }
