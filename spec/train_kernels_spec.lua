@@ -76,6 +76,18 @@ describe("attn.core.train.gelu", function()
     end)
   end
 
+  it("vector lanes and scalar tails give the same bits (the input shifted by 1 to 7 elements)", function()
+    local x = C.lcg_tensor(11, 9, 1037)
+    for _, a in ipairs({"none", "tanh"}) do
+      local y, dx = T.gelu(x, a), T.gelu_backward(x, x, a)
+      for shift = 1, 7 do
+        local xs = x:narrow(1, shift + 1, 1037 - shift):contiguous()
+        C.same_bits(T.gelu(xs, a), y:narrow(1, shift + 1, 1037 - shift), a .. " y, shift " .. shift)
+        C.same_bits(T.gelu_backward(xs, xs, a), dx:narrow(1, shift + 1, 1037 - shift), a .. " dx, shift " .. shift)
+      end
+    end
+  end)
+
   it("raises worded errors", function()
     C.fails(function() T.gelu(attn.ones(2), "fast") end, "bad option 'approximate' (expected \"none\" or \"tanh\", got fast)")
     C.fails(function() T.gelu_backward(attn.ones(3), attn.ones(2), "none") end, "'grad' of shape [3] does not match x [2]")
@@ -97,6 +109,29 @@ describe("attn.core.train.cross_entropy", function()
       near(dl, c.dlogits, 2e-6, "dlogits")
     end)
   end
+
+  it("rows longer than one vector chunk (C = 600): loss and gradient equal a double-precision computation", function()
+    local n, c = 3, 600
+    local logits = C.lcg_tensor(21, 20, n, c)
+    local target = attn.tensor {1, 600, 257}
+    local loss, lse = T.cross_entropy(logits, target, -100, "sum", 0.1)
+    local dl = T.cross_entropy_backward(attn.tensor(1), logits, target, lse, -100, "sum", 0.1)
+    local x, d = C.flat(logits), C.flat(dl)
+    local total = 0
+    for i = 0, n - 1 do
+      local m, s, sx = -math.huge, 0, 0
+      for j = 1, c do m = math.max(m, x[i * c + j]) end
+      for j = 1, c do s = s + math.exp(x[i * c + j] - m); sx = sx + x[i * c + j] end
+      local l = m + math.log(s)
+      local t = target[i + 1]
+      total = total + 0.9 * (l - x[i * c + t]) + 0.1 / c * (c * l - sx)
+      for j = 1, c do
+        local want = math.exp(x[i * c + j] - l) - 0.1 / c - (j == t and 0.9 or 0)
+        assert(math.abs(d[i * c + j] - want) <= 1e-6, ("dlogits[%d][%d] = %.9g, expected %.9g"):format(i + 1, j, d[i * c + j], want))
+      end
+    end
+    assert(math.abs(loss:item() - total) <= 1e-6 * total, ("loss %.9g, expected %.9g"):format(loss:item(), total))
+  end)
 
   it("takes logits [..., C] with target [...]", function()
     local c = F.cross_entropy[5] -- reduction none, no smoothing, [6, 5]
