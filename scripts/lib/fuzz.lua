@@ -826,7 +826,7 @@ local function gen_ids(S, sizes, n)
   return t
 end
 
-op(6, function(S)
+op(5, function(S)
   local r = S.r
   local F = nn.functional
   local lead = {}

@@ -208,6 +208,13 @@ local function suggestions(name)
     if #short >= 3 and #want >= 3 and (short:find(want, 1, true) or want:find(short, 1, true)) then d = math.min(d, 1) end
     if d <= math.max(1, #want // 3) then scored[#scored + 1] = { full, d } end
   end
+  -- names in the namespace asked for ("nn." of "nn.Lnear") first: others only when it has none
+  local parent = name:match("^(.*)%.[^.]+$") -- name is normalised ("attn.nn.Lnear")
+  local same = {}
+  for _, sc in ipairs(scored) do
+    if sc[1]:match("^(.*)%.[^.]+$") == parent then same[#same + 1] = sc end
+  end
+  if #same > 0 then scored = same end
   table.sort(scored, function(x, y) if x[2] ~= y[2] then return x[2] < y[2] end return x[1] < y[1] end)
   local out = {}
   for i = 1, math.min(5, #scored) do out[i] = scored[i][1]:gsub("^attn%.", "") end
