@@ -37,16 +37,33 @@ ATTN_VECTOR_CLONES static void exp_shifted(const float *x, float shift, float *e
   for (int64_t j = 0; j < n; j++) e[j] = attn_exp_nonpos(x[j] - shift);
 }
 
-/* sum_j exp(x_j - m) over a row of c values, in double, in order (m = the row's max) */
+/* The largest of a row of c values, NaN if any is NaN (-inf for c = 0).
+ * max is exact, so the lanes' order does not change the result. */
+ATTN_VECTOR_CLONES static float row_max(const float *x, int64_t c) {
+  float m = -INFINITY;
+  int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t j = 0; j < c; j++) {
+    m = x[j] > m ? x[j] : m;
+    nan |= x[j] != x[j];
+  }
+  return nan ? NAN : m;
+}
+
+/* sum_j exp(x_j - m) over a row of c values in double: element j into
+ * lane j % 8 of a chunk, the lanes combined in a fixed tree (a fixed order
+ * for any thread count); m = the row's max */
 static double sum_exp(const float *x, int64_t c, float m) {
   float e[ROW_CHUNK];
-  double s = 0.0;
+  double acc[8] = {0};
   for (int64_t j0 = 0; j0 < c; j0 += ROW_CHUNK) {
-    int64_t len = c - j0 < ROW_CHUNK ? c - j0 : ROW_CHUNK;
+    int64_t len = c - j0 < ROW_CHUNK ? c - j0 : ROW_CHUNK, j = 0;
     exp_shifted(x + j0, m, e, len);
-    for (int64_t j = 0; j < len; j++) s += (double)e[j];
+    for (; j + 8 <= len; j += 8)
+      for (int k = 0; k < 8; k++) acc[k] += (double)e[j + k];
+    for (; j < len; j++) acc[0] += (double)e[j];
   }
-  return s;
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 /* dr[j] = w (exp(x_j - lse) - per_class) for a row of c values (vectorised) */
@@ -101,8 +118,7 @@ attn_status attn_cross_entropy_forward(const attn_tensor *logits, const attn_ten
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(n)) if (n * c > PARALLEL_ELEMS)
   for (int64_t i = 0; i < n; i++) {
     const float *xr = xs + i * c;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < c; j++) m = xr[j] > m || xr[j] != xr[j] ? xr[j] : m;
+    float m = row_max(xr, c);
     double sx = 0.0;
     double l = (double)m + log(sum_exp(xr, c, m));
     if (smoothing)
