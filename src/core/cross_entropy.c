@@ -19,8 +19,10 @@
  * Error against torch 1.13 (spec/train_kernels_spec.lua fixtures, max |error| over
  * max |value|): loss 1.1e-7, dlogits 5e-7 (torch sums in float, here in double;
  * the spec allows 2e-6).
- * Threads: rows are independent; the reductions over rows run after the
- * parallel loop, in row order, so bits do not depend on the thread count. */
+ * Threads: rows are independent and a row's sums run in fixed lanes (the
+ * same order whatever thread runs the row); the reductions over rows run
+ * after the parallel loop, in row order, so bits do not depend on the
+ * thread count. The vectorised loops have AVX2 clones with the same bits. */
 #include <math.h>
 #include <stdlib.h>
 
