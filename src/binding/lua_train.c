@@ -321,6 +321,8 @@ static int l_sgd_step(lua_State *L) {
   o.weight_decay = attnL_checknumber(L, 8, fname, "weight_decay");
   o.nesterov = lua_toboolean(L, 9);
   check_status(L, attn_sgd_step(p, g, buf, first, &o), fname);
+  attnL_bump_version(L, 1, fname); /* in-place writes: autograd's version counter */
+  if (buf) attnL_bump_version(L, 3, fname);
   return 0;
 }
 
@@ -340,6 +342,9 @@ static int l_adam_step(lua_State *L) {
   o.weight_decay = attnL_checknumber(L, 10, fname, "weight_decay");
   o.decoupled_weight_decay = lua_toboolean(L, 11);
   check_status(L, attn_adam_step(p, g, m, v, step, &o), fname);
+  attnL_bump_version(L, 1, fname); /* in-place writes: autograd's version counter */
+  attnL_bump_version(L, 3, fname);
+  attnL_bump_version(L, 4, fname);
   return 0;
 }
 

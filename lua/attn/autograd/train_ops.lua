@@ -55,27 +55,23 @@ ops.gelu = autograd.Function {
   end,
 }
 
-local function cross_entropy_def(name)
-  return {
-    name = name,
-    forward = function(ctx, logits, target, ignore_index, reduction, label_smoothing, fname)
-      local loss, lse = T.cross_entropy(logits, target, ignore_index, reduction, label_smoothing, fname)
-      ctx:save_for_backward(logits, target, lse)
-      ctx.ignore_index, ctx.reduction, ctx.label_smoothing, ctx.fname = ignore_index, reduction, label_smoothing, fname
-      return loss
-    end,
-    backward = function(ctx, grad)
-      local logits, target, lse = ctx:saved()
-      return T.cross_entropy_backward(grad, logits, target, lse, ctx.ignore_index, ctx.reduction, ctx.label_smoothing,
-        ctx.fname), nil
-    end,
-  }
-end
 --- cross_entropy(logits, target, ignore_index, reduction, label_smoothing, fname): logits [..., C],
 -- target [...] (1-based class ids) -> the loss. torch's grad_fn is NllLossBackward0, or
--- AddBackward0 with label smoothing (torch adds the smoothing term): ops.cross_entropy_smoothed.
-ops.cross_entropy = autograd.Function(cross_entropy_def("NllLossBackward0"))
-ops.cross_entropy_smoothed = autograd.Function(cross_entropy_def("AddBackward0"))
+-- AddBackward0 with label smoothing (torch adds the smoothing term to the nll loss).
+ops.cross_entropy = autograd.Function {
+  name = function(_, _, _, _, label_smoothing) return label_smoothing ~= 0 and "AddBackward0" or "NllLossBackward0" end,
+  forward = function(ctx, logits, target, ignore_index, reduction, label_smoothing, fname)
+    local loss, lse = T.cross_entropy(logits, target, ignore_index, reduction, label_smoothing, fname)
+    ctx:save_for_backward(logits, target, lse)
+    ctx.ignore_index, ctx.reduction, ctx.label_smoothing, ctx.fname = ignore_index, reduction, label_smoothing, fname
+    return loss
+  end,
+  backward = function(ctx, grad)
+    local logits, target, lse = ctx:saved()
+    return T.cross_entropy_backward(grad, logits, target, lse, ctx.ignore_index, ctx.reduction, ctx.label_smoothing,
+      ctx.fname), nil
+  end,
+}
 
 --- embedding(ids, weight, fname): ids [...] (1-based), weight [V, D] -> [..., D].
 ops.embedding = autograd.Function {

@@ -72,9 +72,8 @@ function functional.cross_entropy(input, target, opts)
   check_tensor(fname, input, 1, "input")
   target = check_ids(fname, target, 2, "target")
   opts = check_options(fname, opts, 3, {ignore_index = "number", reduction = "string", label_smoothing = "number"})
-  local ls = opts.label_smoothing or 0
-  local fn = ls ~= 0 and ops.cross_entropy_smoothed or ops.cross_entropy
-  return fn(input, target, opts.ignore_index or -100, opts.reduction or "mean", ls, fname)
+  return ops.cross_entropy(input, target, opts.ignore_index or -100, opts.reduction or "mean",
+    opts.label_smoothing or 0, fname)
 end
 
 --- GELU, elementwise: approximate "none" (default: x * Phi(x), with erf) or

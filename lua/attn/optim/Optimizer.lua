@@ -184,13 +184,21 @@ function Optimizer:load_state_dict(sd)
     groups[gi] = group_options(getmetatable(self), fname, g, group, (" in param group %d"):format(gi))
     for i, p in ipairs(group.params) do params[g.params[i]] = p end
   end
+  -- in a fixed order (indices, then field names), so that the first problem reported is always the same
+  local indices = {}
+  for index in pairs(sd.state) do indices[#indices + 1] = index end
+  table.sort(indices, function(a, b) return tostring(a) < tostring(b) end)
   local state = {}
-  for index, s in pairs(sd.state) do
+  for _, index in ipairs(indices) do
+    local s = sd.state[index]
     local p = params[index]
     if not p then fail(fname, "the state dict has state for parameter %s, which no param group lists", tostring(index)) end
     if type(s) ~= "table" then fail(fname, "state %s is not a table (got %s)", tostring(index), describe(s)) end
-    local copy = {}
-    for k, v in pairs(s) do
+    local copy, keys = {}, {}
+    for k in pairs(s) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      local v = s[k]
       if attn.is_tensor(v) then
         local a, b = v:size(), p:size()
         local same = #a == #b
