@@ -71,6 +71,15 @@ describe("attn.optim against torch", function()
     assert.is_nil(q.grad)
   end)
 
+  it("a step is an in-place write: a graph that saved the parameter refuses its backward afterwards", function()
+    local w = attn.ones(3):requires_grad_()
+    local opt = attn.optim.AdamW({w})
+    local y = (w * w):sum()                -- saves w
+    set_grad(w, attn.ones(3))
+    opt:step()
+    C.fails(function() y:backward() end, "attn.optim.AdamW:step")
+  end)
+
   it("param groups take their own options; lr can be changed between steps", function()
     local p, q = attn.ones(2):requires_grad_(), attn.ones(2):requires_grad_()
     local opt = attn.optim.SGD({{params = {p}}, {params = {q}, lr = 0.25}}, {lr = 0.5})

@@ -826,7 +826,7 @@ local function gen_ids(S, sizes, n)
   return t
 end
 
-op(5, function(S)
+op(4, function(S)
   local r = S.r
   local F = nn.functional
   local lead = {}
@@ -872,6 +872,44 @@ op(5, function(S)
   local params = r.chance(0.8) and { x, pool_tensor(S) } or anyval(S)
   return nn.utils.clip_grad_norm_, pack(params, r.chance(0.8) and r.float() * 2 or anyval(S)),
     "attn.nn.utils.clip_grad_norm_", { "clip_grad_norm_" }
+end)
+
+-- attn.optim: an optimizer over fresh parameters (or careless ones) with
+-- careless options, a step after gradients were set, then its state dict loaded back
+op(1, function(S)
+  local r = S.r
+  local name = r.pick({ "SGD", "Adam", "AdamW" })
+  local params = {}
+  for i = 1, r.int(0, 3) do params[i] = fresh(S, { r.int(0, 4), r.int(1, 3) }, "randn") end
+  if r.chance(0.1) then params[#params + 1] = anyval(S) end
+  local o = { lr = r.chance(0.9) and r.pick({ 0.1, 1e-3, 0 }) or anyval(S) }
+  if r.chance(0.3) then o.weight_decay = r.chance(0.8) and r.pick({ 0, 0.1 }) or anyval(S) end
+  if name == "SGD" then
+    if r.chance(0.5) then o.momentum = r.chance(0.8) and r.pick({ 0, 0.9 }) or anyval(S) end
+    if r.chance(0.3) then o.nesterov = r.chance(0.8) and r.chance(0.5) or anyval(S) end
+  else
+    if r.chance(0.3) then o.betas = r.chance(0.8) and { 0.9, 0.99 } or anyval(S) end
+    if r.chance(0.3) then o.eps = r.chance(0.8) and 1e-8 or anyval(S) end
+  end
+  if r.chance(0.05) then o.bogus = 1 end
+  local steps = r.int(1, 3)
+  local function run(ps, opts)
+    local tensors = {}
+    if type(ps) == "table" and getmetatable(ps) == nil then
+      for _, p in ipairs(ps) do if attn.is_tensor(p) then tensors[#tensors + 1] = p:requires_grad_() end end
+    end
+    local opt = attn.optim[name](ps, opts)
+    for _ = 1, steps do
+      opt:zero_grad()
+      for _, p in ipairs(tensors) do (p * p):sum():backward() end
+      attn.nn.utils.clip_grad_norm_(ps, 1.0)
+      opt:step()
+    end
+    opt:load_state_dict(opt:state_dict())
+    return opt
+  end
+  return run, pack(r.chance(0.95) and params or anyval(S), r.chance(0.95) and o or anyval(S)),
+    "(function(ps, opts) --[[attn.optim." .. name .. "(ps, opts), " .. steps .. " steps]] end)", { name }
 end)
 
 -- ---- checking one call ----------------------------------------------------
