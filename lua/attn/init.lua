@@ -179,6 +179,8 @@ end
 package.loaded["attn"] = attn
 --- The nn module classes (attn.nn.Linear, attn.nn.Dropout, ...).
 attn.nn = require "attn.nn"
+--- The optimizers (attn.optim.SGD, Adam, AdamW).
+attn.optim = require "attn.optim"
 --- Attention heatmaps (SVG and terminal): see `attn.viz`.
 attn.viz = require "attn.viz"
 --- Prints the doc of a public function or class and returns it:

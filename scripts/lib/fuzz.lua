@@ -748,6 +748,28 @@ local CTORS = {
   end,
   Attention = function(S) return small_int(S), S.r.chance(0.3) and { row_dim = S.r.int(-2, 2), col_dim = S.r.int(-2, 2) } or nil end,
 }
+-- the training layers of issue #16
+CTORS.Embedding = function(S) return small_int(S), small_int(S) end
+CTORS.LayerNorm = function(S)
+  local r = S.r
+  return r.chance(0.8) and small_int(S) or { small_int(S), small_int(S) },
+    r.chance(0.3) and { eps = r.chance(0.8) and 1e-5 or anyval(S), elementwise_affine = r.chance(0.5) } or nil
+end
+CTORS.GELU = function(S)
+  return S.r.chance(0.5) and { approximate = S.r.chance(0.9) and S.r.pick({ "none", "tanh" }) or anyval(S) } or nil
+end
+CTORS.CrossEntropyLoss = function(S)
+  local r = S.r
+  if r.chance(0.5) then return nil end
+  return { reduction = r.chance(0.9) and r.pick({ "mean", "sum", "none" }) or anyval(S),
+    label_smoothing = r.chance(0.8) and r.pick({ 0, 0.1 }) or anyval(S),
+    ignore_index = r.chance(0.3) and r.int(-100, 3) or nil }
+end
+CTORS.Sequential = function(S)
+  local mods = {}
+  for i = 1, S.r.int(0, 3) do mods[i] = S.r.chance(0.9) and gen_module_value(S) or anyval(S) end
+  return table.unpack(mods)
+end
 local CLASS_NAMES = {}
 for k in pairs(CTORS) do CLASS_NAMES[#CLASS_NAMES + 1] = k end
 table.sort(CLASS_NAMES)
@@ -822,6 +844,109 @@ op(8, function(S)
   if r.chance(0.1) then d = anyval(S) end
   return m.load_state_dict, pack(m, d, r.chance(0.8) and nil or anyval(S)), "(" .. msrc .. ").load_state_dict",
     { cls, "load_state_dict" }
+end)
+
+-- ---- nn.functional and nn.utils (issue #16) -----------------------------------
+
+-- ids or class targets of a shape: integer values in [1, n] (sometimes not)
+local function gen_ids(S, sizes, n)
+  local r = S.r
+  local t = fresh(S, sizes, "rand")
+  if r.chance(0.9) then
+    local count = 1
+    for _, x in ipairs(sizes) do count = count * x end
+    local data = {}
+    for i = 1, count do data[i] = r.chance(0.97) and r.int(1, math.max(n, 1)) or r.pick(HOSTILE_NUMBERS) end
+    t = count > 0 and attn.tensor(data):view(sizes) or attn.zeros(sizes)
+    remember(S, t, "attn.tensor(" .. value_src(data, S.srcs) .. "):view(" .. value_src(sizes, S.srcs) .. ")")
+  end
+  return t
+end
+
+op(4, function(S)
+  local r = S.r
+  local F = nn.functional
+  local lead = {}
+  for i = 1, r.int(0, 2) do lead[i] = r.int(0, 3) end
+  local c = r.int(1, 6)
+  local x_sizes = table.move(lead, 1, #lead, 1, {})
+  x_sizes[#x_sizes + 1] = c
+  local x = fresh(S, x_sizes, "randn")
+  if r.chance(0.1) then x:fill_(r.pick(SPECIAL_VALUES)) end
+  local which = r.int(1, 7)
+  if which == 1 then
+    local target = r.chance(0.9) and gen_ids(S, lead, c) or anyval(S)
+    local o = r.chance(0.6) and { reduction = r.chance(0.9) and r.pick({ "mean", "sum", "none" }) or anyval(S),
+      label_smoothing = r.chance(0.8) and r.pick({ 0, 0.2, 1 }) or anyval(S),
+      ignore_index = r.chance(0.3) and r.pick({ -100, 1, 2 }) or nil } or nil
+    if r.chance(0.05) then o = anyval(S) end
+    return F.cross_entropy, pack(r.chance(0.95) and x or anyval(S), target, o), "attn.nn.functional.cross_entropy",
+      { "cross_entropy" }
+  elseif which == 2 then
+    local o = r.chance(0.5) and { approximate = r.chance(0.9) and r.pick({ "none", "tanh" }) or anyval(S) } or nil
+    return F.gelu, pack(r.chance(0.95) and x or anyval(S), o), "attn.nn.functional.gelu", { "gelu" }
+  elseif which == 3 then
+    local shape = r.chance(0.8) and c or r.chance(0.5) and { c } or anyval(S)
+    local w = r.chance(0.5) and fresh(S, { r.chance(0.9) and c or r.int(0, 7) }, "randn") or nil
+    local b = r.chance(0.5) and fresh(S, { r.chance(0.9) and c or r.int(0, 7) }, "randn") or nil
+    local eps = r.chance(0.8) and 1e-5 or anyval(S)
+    return F.layer_norm, pack(x, shape, w, b, eps), "attn.nn.functional.layer_norm", { "layer_norm" }
+  elseif which == 4 then
+    local n = r.int(1, 5)
+    local w = r.chance(0.9) and fresh(S, { n, r.int(0, 4) }, "randn") or anyval(S)
+    local ids = r.chance(0.9) and gen_ids(S, lead, n + (r.chance(0.1) and 1 or 0)) or anyval(S)
+    return F.embedding, pack(ids, w), "attn.nn.functional.embedding", { "embedding" }
+  elseif which == 5 then
+    local out = r.int(1, 4)
+    local w = r.chance(0.9) and fresh(S, { out, r.chance(0.9) and c or r.int(1, 7) }, "randn") or anyval(S)
+    local b = r.chance(0.5) and fresh(S, { r.chance(0.9) and out or r.int(1, 7) }, "randn") or nil
+    return F.linear, pack(x, w, b), "attn.nn.functional.linear", { "linear" }
+  elseif which == 6 then
+    return F.dropout, pack(x, r.chance(0.8) and r.pick({ 0, 0.5, 1 }) or anyval(S), r.chance(0.8) and r.chance(0.5) or anyval(S)),
+      "attn.nn.functional.dropout", { "dropout" }
+  end
+  -- clip_grad_norm_ over tensors without gradients (nothing to clip) or careless values
+  local params = r.chance(0.8) and { x, pool_tensor(S) } or anyval(S)
+  return nn.utils.clip_grad_norm_, pack(params, r.chance(0.8) and r.float() * 2 or anyval(S)),
+    "attn.nn.utils.clip_grad_norm_", { "clip_grad_norm_" }
+end)
+
+-- attn.optim: an optimizer over fresh parameters (or careless ones) with
+-- careless options, a step after gradients were set, then its state dict loaded back
+op(1, function(S)
+  local r = S.r
+  local name = r.pick({ "SGD", "Adam", "AdamW" })
+  local params = {}
+  for i = 1, r.int(0, 3) do params[i] = fresh(S, { r.int(0, 4), r.int(1, 3) }, "randn") end
+  if r.chance(0.1) then params[#params + 1] = anyval(S) end
+  local o = { lr = r.chance(0.9) and r.pick({ 0.1, 1e-3, 0 }) or anyval(S) }
+  if r.chance(0.3) then o.weight_decay = r.chance(0.8) and r.pick({ 0, 0.1 }) or anyval(S) end
+  if name == "SGD" then
+    if r.chance(0.5) then o.momentum = r.chance(0.8) and r.pick({ 0, 0.9 }) or anyval(S) end
+    if r.chance(0.3) then o.nesterov = r.chance(0.8) and r.chance(0.5) or anyval(S) end
+  else
+    if r.chance(0.3) then o.betas = r.chance(0.8) and { 0.9, 0.99 } or anyval(S) end
+    if r.chance(0.3) then o.eps = r.chance(0.8) and 1e-8 or anyval(S) end
+  end
+  if r.chance(0.05) then o.bogus = 1 end
+  local steps = r.int(1, 3)
+  local function run(ps, opts)
+    local tensors = {}
+    if type(ps) == "table" and getmetatable(ps) == nil then
+      for _, p in ipairs(ps) do if attn.is_tensor(p) then tensors[#tensors + 1] = p:requires_grad_() end end
+    end
+    local opt = attn.optim[name](ps, opts)
+    for _ = 1, steps do
+      opt:zero_grad()
+      for _, p in ipairs(tensors) do (p * p):sum():backward() end
+      attn.nn.utils.clip_grad_norm_(ps, 1.0)
+      opt:step()
+    end
+    opt:load_state_dict(opt:state_dict())
+    return opt
+  end
+  return run, pack(r.chance(0.95) and params or anyval(S), r.chance(0.95) and o or anyval(S)),
+    "(function(ps, opts) --[[attn.optim." .. name .. "(ps, opts), " .. steps .. " steps]] end)", { name }
 end)
 
 -- ---- checking one call ----------------------------------------------------

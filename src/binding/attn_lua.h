@@ -110,5 +110,7 @@ void attnL_open_sys(lua_State *L);
 void attnL_open_cpu(lua_State *L);
 /* attn.core.modules: the fused module forwards (a table, not copied into attn). */
 void attnL_open_modules(lua_State *L);
+/* attn.core.train: the raw training kernels (a table, not copied into attn). */
+void attnL_open_train(lua_State *L);
 
 #endif

@@ -79,6 +79,17 @@ function checks.options(cls, opts, argn, allowed)
   return opts
 end
 
+--- Re-raise an error of the functional form `fname` (e.g.
+-- "attn.nn.functional.embedding") that a module's forward called, as
+-- "Class:forward: ..." at the caller of the module (any position in front of
+-- the function's name is dropped).
+function checks.forward_error(cls, fname, err)
+  err = tostring(err)
+  local at = err:find(fname .. ": ", 1, true)
+  if at then err = err:sub(at + #fname + 2) end
+  error(cls .. ":forward: " .. err, 3)
+end
+
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 checks.shape = shape
 

@@ -14,6 +14,8 @@ local M = {}
 local MODULE_FILES = {
   "attn", "attn.tools.ldoc_core", "attn.tools.ldoc_tensor", "attn.viz", "attn.format", "attn.tools.progress",
   "attn.tools.repl", "attn.tools.help", "attn.nn", "attn.autograd",
+  "attn.nn.functional", "attn.nn.utils", "attn.optim", "attn.optim.Optimizer", "attn.optim.SGD", "attn.optim.Adam",
+  "attn.optim.AdamW",
 }
 
 -- "attn.nn.Linear:forward" and "Tensor:view" are named with dots throughout.
@@ -162,6 +164,7 @@ local function public_tables()
   for _, c in ipairs(M.nn_class_names()) do local _ = nn[c] end -- load every class
   return {
     { "attn", attn }, { "attn.nn", nn }, { "attn.viz", attn.viz }, { "attn.Tensor", attn.Tensor },
+    { "attn.nn.functional", nn.functional }, { "attn.nn.utils", nn.utils }, { "attn.optim", attn.optim },
   }
 end
 
@@ -205,6 +208,13 @@ local function suggestions(name)
     if #short >= 3 and #want >= 3 and (short:find(want, 1, true) or want:find(short, 1, true)) then d = math.min(d, 1) end
     if d <= math.max(1, #want // 3) then scored[#scored + 1] = { full, d } end
   end
+  -- names in the namespace asked for ("nn." of "nn.Lnear") first: others only when it has none
+  local parent = name:match("^(.*)%.[^.]+$") -- name is normalised ("attn.nn.Lnear")
+  local same = {}
+  for _, sc in ipairs(scored) do
+    if sc[1]:match("^(.*)%.[^.]+$") == parent then same[#same + 1] = sc end
+  end
+  if #same > 0 then scored = same end
   table.sort(scored, function(x, y) if x[2] ~= y[2] then return x[2] < y[2] end return x[1] < y[1] end)
   local out = {}
   for i = 1, math.min(5, #scored) do out[i] = scored[i][1]:gsub("^attn%.", "") end
