@@ -92,5 +92,7 @@ void attnL_open_sys(lua_State *L);
 void attnL_open_cpu(lua_State *L);
 /* attn.core.modules: the fused module forwards (a table, not copied into attn). */
 void attnL_open_modules(lua_State *L);
+/* attn.core.autograd: the raw SDPA forward and backward (src/binding/lua_sdpa_backward.c). */
+void attnL_open_sdpa_autograd(lua_State *L);
 
 #endif

@@ -35,6 +35,8 @@ typedef struct attn_sdpa_opts {
   attn_tensor *lse;           /* output: NULL, or contiguous [B..., Lq] that gets each row's log-sum-exp:
                                  max + log(sum exp(s - max)) of its scores after bias and masking (before
                                  dropout), natural log; -inf for a row with no visible key */
+  attn_tensor *probs;         /* output, math kernel only: NULL, or contiguous [B..., Lq, Lk] that gets the
+                                 softmax before dropout (the P the backward needs; src/core/sdpa_backward.h) */
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
@@ -54,6 +56,7 @@ typedef struct attn_sdpa_problem {
   double dropout_p;
   uint32_t dropout_draw;
   attn_tensor *lse;                /* NULL or [B..., Lq], contiguous */
+  attn_tensor *probs;              /* NULL or [B..., Lq, Lk], contiguous (math kernel only) */
 } attn_sdpa_problem;
 
 /* Validate the operands (shapes, mask of 0 and 1 only, dropout_p, scale,

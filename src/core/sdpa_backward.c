@@ -1,0 +1,377 @@
+/* The backward of scaled dot-product attention (src/core/sdpa_backward.h),
+ * one driver for both kernels over the attention core (src/core/sdpa.h:
+ * attn_sdpa_load_q, attn_sdpa_rows_keys, attn_sdpa_modify_tile), so every
+ * score modification the forward applies reaches the backward too. The two
+ * kernels differ only in where the probabilities P of a tile come from:
+ *  - math: read from the forward's saved softmax (opts.probs, before
+ *    dropout), one tile of BQ query rows by all the keys they see;
+ *  - flash: recomputed tile by tile (BQ rows x BK keys) from q, k and the
+ *    forward's log-sum-exp, P = exp(S - lse), FlashAttention-2's backward:
+ *    no [Lq, Lk] buffer, extra memory O((Lq + Lk) (E + Ev)) per thread.
+ *
+ * Per slice (one (batch, head) of the flattened batch B), with Qs = fl(q *
+ * scale) as the forward scaled it:
+ *   D = rowsum(dO * O)                                 [Lq]
+ *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
+ *     for each query block [i0, i0 + bq) that sees some of its keys (causal:
+ *     blocks wholly above the diagonal are skipped; a block is cut to the keys
+ *     its rows see, attn_sdpa_rows_keys):
+ *       S  = Qs_i K_j^T, bias, mask, visible keys      [bq, bk] (flash only)
+ *       P  = exp(S - lse) (0 where lse = -inf: no key seen), or saved probs
+ *       W  = P * F (F: the forward's dropout factors, regenerated from its
+ *            draw and the same positions; 1 without dropout)
+ *       dW = dO_i V_j^T                                [bq, bk]
+ *       dV_j += W^T dO_i                               [bk, Ev]
+ *       dS = P * (dW * F - D)   (0 where P = 0)        [bq, bk] = dbias tile
+ *       dQ_i += scale dS K_j                           [bq, E]
+ *       dK_j += dS^T Qs_i                              [bk, E]
+ * D = rowsum(dO * O) is rowsum(P * dP) of the softmax backward: O = W V, so
+ * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
+ * Every product is a single-threaded cblas_sgemm (OpenBLAS).
+ *
+ * Threads: one work item is one whole slice (its dQ, dK and dV are its own),
+ * in one OpenMP parallel for; inside an item every sum runs in a fixed order
+ * (key blocks in increasing k0, query blocks in increasing i0), and BLAS is
+ * single-threaded, so the bits do not depend on the thread count. A slice is
+ * never split across threads (dQ would then need a cross-thread reduction):
+ * a call with fewer slices than threads runs on fewer threads.
+ *
+ * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float32
+ * within 1e-5 relative + 2e-5 absolute at Lk up to 1030 (math and flash); the
+ * flash kernel's recomputed P differs from the forward's by the rounding of
+ * exp(S - lse) (a few ulp). */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "sdpa_backward.h"
+#include "threads.h"
+
+#define BQ ATTN_SDPA_BWD_BQ
+#define BK ATTN_SDPA_BWD_BK
+
+/* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
+ * when its columns are contiguous, else packed per slice. */
+typedef struct bwd_operand {
+  int pack;
+  int64_t ld; /* leading dimension in place (pack: cols) */
+} bwd_operand;
+
+static bwd_operand operand_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  bwd_operand o = {1, cols > 1 ? cols : 1};
+  int cols_ok = sc == 1 || cols <= 1;
+  int rows_ok = rows <= 1 || sr >= (cols > 1 ? cols : 1);
+  if (cols_ok && rows_ok) {
+    o.pack = 0;
+    o.ld = rows <= 1 ? (cols > 1 ? cols : 1) : sr;
+    if (o.ld > INT_MAX) o.pack = 1, o.ld = cols > 1 ? cols : 1;
+  }
+  return o;
+}
+
+typedef struct bwd_ctx {
+  attn_sdpa_problem p;
+  attn_sdpa_kernel kernel;
+  const attn_tensor *out, *dout, *saved;
+  attn_sdpa_grads g;
+  bwd_operand k, v, dout_l;
+  int64_t bk; /* keys per tile: BK (flash) or Lk (math) */
+  /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
+   * d [Lq], s, dw, w [BQ, bk], f [bk] */
+  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f;
+} bwd_ctx;
+
+/* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
+static int64_t batch_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
+  int64_t off = 0;
+  for (int d = p->nbatch - 1; d >= 0; d--) {
+    off += (bi % p->batch[d]) * t->stride[d];
+    bi /= p->batch[d];
+  }
+  return off;
+}
+
+/* src [rows, cols] strided -> dst row-major (ld = cols). */
+static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float *dst) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = src[r * sr + c * sc];
+}
+
+static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t kk, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)kk, alpha, a, (blasint)lda, b, (blasint)ldb,
+              beta, c, (blasint)ldc);
+}
+
+/* One slice bi with the calling thread's scratch block w. */
+static void run_slice(const bwd_ctx *c, int64_t bi, float *w) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  attn_sdpa_slice sl;
+  attn_sdpa_slice_at(p, bi, &sl);
+
+  /* dq [Lq, E], dk [Lk, E], dv [Lk, Ev], dbias [Lq, Lk]: this slice's, zeroed (skipped tiles stay 0) */
+  float *dq = c->g.dq->data + bi * lq * e, *dk = c->g.dk->data + bi * lk * e, *dv = c->g.dv->data + bi * lk * ev;
+  float *dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
+  memset(dq, 0, (size_t)(lq * e) * sizeof(float));
+  memset(dk, 0, (size_t)(lk * e) * sizeof(float));
+  memset(dv, 0, (size_t)(lk * ev) * sizeof(float));
+  if (dbias) memset(dbias, 0, (size_t)(lq * lk) * sizeof(float));
+  if (lq == 0 || lk == 0) return;
+
+  /* qs [Lq, E] = fl(q * scale), as the forward */
+  float *qs = w;
+  attn_sdpa_load_q(p, &sl, 0, lq, qs, e, 1);
+  /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
+  const float *kp = sl.k, *vp = sl.v;
+  int64_t ldk = c->k.ld, ldv = c->v.ld, lddo = c->dout_l.ld;
+  if (c->k.pack) {
+    pack_rows(sl.k, lk, e, attn_sdpa_row_stride(p, &p->k), attn_sdpa_col_stride(p, &p->k), w + c->off_kp);
+    kp = w + c->off_kp;
+  }
+  if (c->v.pack) {
+    pack_rows(sl.v, lk, ev, attn_sdpa_row_stride(p, &p->v), attn_sdpa_col_stride(p, &p->v), w + c->off_vp);
+    vp = w + c->off_vp;
+  }
+  const attn_tensor *dout = c->dout, *out = c->out;
+  int nb = p->nbatch;
+  const float *dop = dout->data + batch_offset(p, dout, bi);
+  if (c->dout_l.pack) {
+    pack_rows(dop, lq, ev, dout->stride[nb], dout->stride[nb + 1], w + c->off_dop);
+    dop = w + c->off_dop;
+  }
+  /* D [Lq] = rowsum(dO * O), summed in double */
+  float *dd = w + c->off_d;
+  const float *o = out->data + batch_offset(p, out, bi);
+  for (int64_t i = 0; i < lq; i++) {
+    double acc = 0.0;
+    for (int64_t d = 0; d < ev; d++)
+      acc += (double)dop[i * lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
+    dd[i] = (float)acc;
+  }
+  const float *lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
+  const float *probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
+  float *s = w + c->off_s, *dw = w + c->off_dw, *wd = w + c->off_w, *f = w + c->off_f;
+  int dropout = p->dropout_p > 0.0;
+
+  for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+    int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+    for (int64_t i0 = 0; i0 < lq; i0 += BQ) {
+      int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
+      /* the keys of this block some row of the query block sees */
+      attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
+      int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
+      if (ke <= kb) continue;
+      int64_t kn = ke - kb;
+      /* P [rows, kn] at pt (row stride ldp) */
+      const float *pt;
+      int64_t ldp;
+      if (probs) {
+        pt = probs + i0 * lk + kb;
+        ldp = lk;
+      } else {
+        /* S = Qs_i K^T, modified as in the forward, then P = exp(S - lse) */
+        if (e > 0)
+          sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, qs + i0 * e, e, kp + kb * ldk, ldk, 0.0f, s, kn);
+        else
+          memset(s, 0, (size_t)(rows * kn) * sizeof(float));
+        attn_sdpa_modify_tile(p, &sl, i0, rows, kb, kn, s, kn, 1);
+        for (int64_t r = 0; r < rows; r++) {
+          float l = lse[i0 + r], *sr = s + r * kn;
+          if (l == -INFINITY) {
+            memset(sr, 0, (size_t)kn * sizeof(float));
+          } else {
+            for (int64_t j = 0; j < kn; j++) sr[j] = expf(sr[j] - l);
+          }
+        }
+        pt = s;
+        ldp = kn;
+      }
+      /* dW = dO_i V^T [rows, kn] */
+      if (ev > 0)
+        sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, dop + i0 * lddo, lddo, vp + kb * ldv, ldv, 0.0f, dw, kn);
+      else
+        memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
+      /* W = P * F (the forward's weights after dropout) and dW * F */
+      const float *wt = pt;
+      int64_t ldw = ldp;
+      if (dropout) {
+        for (int64_t r = 0; r < rows; r++) {
+          attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i0 + r) * lk + kb, kn, f);
+          for (int64_t j = 0; j < kn; j++) {
+            wd[r * kn + j] = pt[r * ldp + j] * f[j];
+            dw[r * kn + j] *= f[j];
+          }
+        }
+        wt = wd;
+        ldw = kn;
+      }
+      /* dV_j += W^T dO_i [kn, Ev] */
+      if (ev > 0)
+        sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, dop + i0 * lddo, lddo, 1.0f, dv + kb * ev, ev);
+      /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
+      for (int64_t r = 0; r < rows; r++) {
+        float di = dd[i0 + r];
+        const float *pr = pt + r * ldp;
+        float *dr = dw + r * kn;
+        for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
+        if (dbias) memcpy(dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
+      }
+      if (e > 0) {
+        /* dQ_i += scale dS K_j [rows, E]; dK_j += dS^T Qs_i [kn, E] */
+        sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, kn, kp + kb * ldk, ldk, 1.0f, dq + i0 * e, e);
+        sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, dw, kn, qs + i0 * e, e, 1.0f, dk + kb * e, e);
+      }
+    }
+  }
+}
+
+/* t is contiguous with exactly the sizes (nb batch dims, then rows, cols). */
+static int has_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols, int contiguous) {
+  if (t->ndim != p->nbatch + 2 || (contiguous && !attn_is_contiguous(t))) return 0;
+  for (int d = 0; d < p->nbatch; d++)
+    if (t->size[d] != p->batch[d]) return 0;
+  return t->size[p->nbatch] == rows && t->size[p->nbatch + 1] == cols;
+}
+
+static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols,
+                               int contiguous, const char *what) {
+  if (has_shape(t, p, rows, cols, contiguous)) return ATTN_OK;
+  int64_t want[ATTN_MAX_DIMS];
+  memcpy(want, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  want[p->nbatch] = rows;
+  want[p->nbatch + 1] = cols;
+  char b1[200], b2[200];
+  return attn_fail(ATTN_ESHAPE, "%s must be %s%s, got %s", what, contiguous ? "contiguous " : "",
+                   attn_sizes_str(p->nbatch + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
+}
+
+attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
+                               const attn_tensor *v, const attn_sdpa_opts *opts, const attn_tensor *out,
+                               const attn_tensor *dout, const attn_tensor *saved, const attn_sdpa_grads *grads) {
+  if (kernel != ATTN_SDPA_MATH && kernel != ATTN_SDPA_FLASH)
+    return attn_fail(ATTN_EARG, "the backward needs the kernel the forward ran (math or flash)");
+  if (opts->lse || opts->probs) return attn_fail(ATTN_EARG, "the backward's options must not ask for lse or probs");
+  bwd_ctx c;
+  memset(&c, 0, sizeof c);
+  attn_status st = attn_sdpa_describe(q, k, v, opts, &c.p);
+  if (st != ATTN_OK) return st;
+  const attn_sdpa_problem *p = &c.p;
+  char b1[200], b2[200];
+  if ((st = check_shape(out, p, p->lq, p->ev, 0, "out")) != ATTN_OK) return st;
+  if ((st = check_shape(dout, p, p->lq, p->ev, 0, "dout")) != ATTN_OK) return st;
+  if (kernel == ATTN_SDPA_MATH) {
+    if ((st = check_shape(saved, p, p->lq, p->lk, 1, "the saved probs")) != ATTN_OK) return st;
+  } else {
+    int ok = saved->ndim == p->nbatch + 1 && attn_is_contiguous(saved) && saved->size[p->nbatch] == p->lq;
+    for (int d = 0; ok && d < p->nbatch; d++) ok = saved->size[d] == p->batch[d];
+    if (!ok) {
+      int64_t want[ATTN_MAX_DIMS];
+      memcpy(want, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+      want[p->nbatch] = p->lq;
+      return attn_fail(ATTN_ESHAPE, "the saved lse must be contiguous %s, got %s",
+                       attn_sizes_str(p->nbatch + 1, want, b1, sizeof b1), attn_shape_str(saved, b2, sizeof b2));
+    }
+  }
+  if ((st = check_shape(grads->dq, p, p->lq, p->e, 1, "dq")) != ATTN_OK) return st;
+  if ((st = check_shape(grads->dk, p, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
+  if ((st = check_shape(grads->dv, p, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
+  if (grads->dbias) {
+    if (!p->has_bias) return attn_fail(ATTN_EARG, "dbias given for a call without bias");
+    if ((st = check_shape(grads->dbias, p, p->lq, p->lk, 1, "dbias")) != ATTN_OK) return st;
+  }
+  c.kernel = kernel;
+  c.out = out;
+  c.dout = dout;
+  c.saved = saved;
+  c.g = *grads;
+  int64_t nb = attn_sizes_product(p->nbatch, p->batch);
+  if (nb == 0) return ATTN_OK;
+
+  int nbd = p->nbatch;
+  c.k = operand_layout(p->lk, p->e, p->k.stride[nbd], p->k.stride[nbd + 1]);
+  c.v = operand_layout(p->lk, p->ev, p->v.stride[nbd], p->v.stride[nbd + 1]);
+  c.dout_l = operand_layout(p->lq, p->ev, dout->stride[nbd], dout->stride[nbd + 1]);
+  c.bk = kernel == ATTN_SDPA_FLASH ? BK : (p->lk > 0 ? p->lk : 1);
+  int64_t bq = p->lq < BQ ? p->lq : BQ;
+
+  size_t block = 0;
+  int ok = attn_sdpa_add_floats(&block, p->lq, p->e);
+  c.off_kp = block;
+  if (c.k.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->e);
+  c.off_vp = block;
+  if (c.v.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->ev);
+  c.off_dop = block;
+  if (c.dout_l.pack) ok = ok && attn_sdpa_add_floats(&block, p->lq, p->ev);
+  c.off_d = block;
+  ok = ok && attn_sdpa_add_floats(&block, p->lq, 1);
+  c.off_s = block;
+  if (kernel == ATTN_SDPA_FLASH) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_dw = block;
+  ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_w = block;
+  if (p->dropout_p > 0.0) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_f = block;
+  ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
+  attn_sdpa_work work;
+  if ((st = attn_sdpa_plan_work(p, 1, block, ok, &work)) != ATTN_OK) return st;
+
+  /* a slice per item, handed out dynamically (causal slices cost the same,
+   * but the team may be shared): every slice is computed whole by one thread */
+#pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
+  {
+    omp_set_num_threads(1); /* BLAS single-threaded in here (the region's own ICV) */
+    float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < work.items; it++) run_slice(&c, it, w);
+  }
+  free(work.scratch);
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_sum_to(const attn_tensor *full, attn_tensor *dst) {
+  char b1[200], b2[200];
+  int nf = full->ndim, nd = dst->ndim;
+  int ok = nd <= nf && attn_is_contiguous(full) && attn_is_contiguous(dst);
+  /* dst's stride along each dim of full: 0 where dst is broadcast */
+  int64_t sd[ATTN_MAX_DIMS];
+  for (int d = 0; ok && d < nf; d++) {
+    int dd = d - (nf - nd);
+    if (dd < 0) {
+      sd[d] = 0;
+    } else if (dst->size[dd] == full->size[d]) {
+      sd[d] = full->size[d] == 1 ? 0 : dst->stride[dd];
+    } else if (dst->size[dd] == 1) {
+      sd[d] = 0;
+    } else {
+      ok = 0;
+    }
+  }
+  if (!ok)
+    return attn_fail(ATTN_ESHAPE, "cannot sum %s to %s (contiguous, broadcastable)", attn_shape_str(full, b1, sizeof b1),
+                     attn_shape_str(dst, b2, sizeof b2));
+  int64_t n = attn_numel(dst);
+  memset(dst->data, 0, (size_t)n * sizeof(float));
+  if (attn_numel(full) == 0) return ATTN_OK;
+  int64_t idx[ATTN_MAX_DIMS] = {0};
+  const float *src = full->data;
+  int64_t inner = nf > 0 ? full->size[nf - 1] : 1, sin = nf > 0 ? sd[nf - 1] : 0, off = 0;
+  for (;;) {
+    float *row = dst->data + off;
+    for (int64_t j = 0; j < inner; j++) row[j * sin] += src[j];
+    src += inner;
+    int d = nf - 2;
+    for (; d >= 0; d--) {
+      off += sd[d];
+      if (++idx[d] < full->size[d]) break;
+      off -= sd[d] * full->size[d];
+      idx[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return ATTN_OK;
+}
