@@ -46,10 +46,10 @@ describe("sdpa backward against torch 1.13 autograd", function()
         -- the forward first: the same out (with dropout: the same mask as torch's)
         assert_close(r.out, fx[c.name .. ".out"], 1e-5, 1e-5, "out")
         for _, g in ipairs { "dq", "dk", "dv" } do
-          assert_close(r[g], fx[c.name .. "." .. g], 1e-4, 2e-5, g)
+          assert_close(r[g], fx[c.name .. "." .. g], 1e-5, 1e-5, g)
         end
         if c.has_bias then
-          assert_close(r.dbias, fx[c.name .. ".dbias"], 1e-4, 2e-5, "dbias")
+          assert_close(r.dbias, fx[c.name .. ".dbias"], 1e-5, 1e-5, "dbias")
         else
           assert.is_nil(r.dbias)
         end
@@ -83,7 +83,7 @@ describe("sdpa backward against torch 1.13 autograd", function()
     o.kernel, o.bias_grad = kernel, false
     local dq, _, _, dbias = raw.sdpa_backward(fx[c.name .. ".dout"], q, k, v, out, saved, o)
     assert.is_nil(dbias)
-    assert_close(dq, fx[c.name .. ".dq"], 1e-4, 2e-5, "dq")
+    assert_close(dq, fx[c.name .. ".dq"], 1e-5, 1e-5, "dq")
   end)
 end)
 
