@@ -210,6 +210,45 @@ io.write("END ", n, "\n")
   end)
 end)
 
+describe("sdpa backward: every instruction set's exponential", function()
+  -- the flash backward's P = exp(S - lse) goes through the chosen set
+  -- (src/core/cpu.h exp_minus): each set this CPU runs, in a child with
+  -- ATTN_CPU forcing it, against the fixture (the "all" case: tails of 1 to
+  -- 15 keys, masked and dropped keys, hidden rows)
+  local CHILD = [[
+local attn = require "attn"
+local raw = require("attn.core").autograd
+local fx = attn.load_safetensors("spec/fixtures/sdpa_grad.safetensors")
+local function t(n) return fx["all." .. n] end
+local o = { kernel = "flash", is_causal = true, scale = 0.2, dropout_p = 0.2, mask = t "mask", bias = t "bias" }
+attn.manual_seed(7)
+local out, saved, _, draw = raw.sdpa_forward(t "q", t "k", t "v", o)
+o.dropout_draw = draw
+local g = { raw.sdpa_backward(t "dout", t "q", t "k", t "v", out, saved, o) }
+local worst = 0
+for i, n in ipairs({ "dq", "dk", "dv", "dbias" }) do
+  local ref = t(n)
+  worst = math.max(worst, ((g[i] - ref):abs() - ref:abs() * 1e-5):max():item())
+end
+io.write(attn.cpu_info().kernel, " ", string.format("%.3g", worst), "\n")
+]]
+  it("scalar, avx2, avx512 (those available) give the torch gradients", function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(CHILD)
+    f:close()
+    for _, set in ipairs(attn.cpu_info().available) do
+      local p = assert(io.popen(("ATTN_CPU=%s scripts/attn-lua %s 2>&1"):format(set, script)))
+      local text = p:read("a")
+      p:close()
+      local ran, worst = text:match("^(%w+) (%S+)\n$")
+      assert.equal(set, ran, text)
+      assert(tonumber(worst) <= 1e-5, set .. ": off by " .. worst)
+    end
+    os.remove(script)
+  end)
+end)
+
 describe("sdpa backward: bad input", function()
   attn.manual_seed(4)
   local q, k, v = attn.randn(2, 5, 8), attn.randn(2, 6, 8), attn.randn(2, 6, 4)

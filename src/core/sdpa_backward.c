@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "rng.h"
 #include "sdpa_backward.h"
 #include "threads.h"
@@ -76,6 +77,7 @@ static bwd_operand operand_layout(int64_t rows, int64_t cols, int64_t sr, int64_
 typedef struct bwd_ctx {
   attn_sdpa_problem p;
   attn_sdpa_kernel kernel;
+  const attn_flash_kernels *kr; /* the instruction set's exponential (src/core/cpu.h) */
   const attn_tensor *out, *dout, *saved;
   attn_sdpa_grads g;
   bwd_operand k, v, dout_l;
@@ -185,7 +187,7 @@ static void run_slice(const bwd_ctx *c, int64_t bi, float *w) {
           if (l == -INFINITY) {
             memset(sr, 0, (size_t)kn * sizeof(float));
           } else {
-            for (int64_t j = 0; j < kn; j++) sr[j] = expf(sr[j] - l);
+            c->kr->exp_minus(sr, kn, l);
           }
         }
         pt = s;
@@ -285,6 +287,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
     if ((st = check_shape(grads->dbias, p, p->lq, p->lk, 1, "dbias")) != ATTN_OK) return st;
   }
   c.kernel = kernel;
+  c.kr = attn_cpu_kernels();
   c.out = out;
   c.dout = dout;
   c.saved = saved;
