@@ -27,14 +27,16 @@
  *       dK_j += dS^T Qs_i                              [bk, E]
  * D = rowsum(dO * O) is rowsum(P * dP) of the softmax backward: O = W V, so
  * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
- * Every product is a single-threaded cblas_sgemm (OpenBLAS).
+ * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
+ * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
  *
  * Threads: one work item is one whole slice (its dQ, dK and dV are its own),
  * in one OpenMP parallel for; inside an item every sum runs in a fixed order
  * (key blocks in increasing k0, query blocks in increasing i0), and BLAS is
  * single-threaded, so the bits do not depend on the thread count. A slice is
  * never split across threads (dQ would then need a cross-thread reduction):
- * a call with fewer slices than threads runs on fewer threads.
+ * a call with fewer slices than threads runs on fewer threads, and a small
+ * call on the calling thread alone.
  *
  * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float32
  * within 1e-5 relative + 2e-5 absolute at Lk up to 1030 (math and flash); the
@@ -50,10 +52,13 @@
 #include "cpu.h"
 #include "rng.h"
 #include "sdpa_backward.h"
+#include "small_gemm.h"
 #include "threads.h"
 
 #define BQ ATTN_SDPA_BWD_BQ
 #define BK ATTN_SDPA_BWD_BK
+/* Multiply-adds of one score product below which a call runs on one thread. */
+#define SERIAL_WORK (1 << 18)
 
 /* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
  * when its columns are contiguous, else packed per slice. */
@@ -105,6 +110,10 @@ static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t sr, 
 
 static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t kk, float alpha,
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m * n * kk <= ATTN_SMALL_GEMM_MACS) {
+    attn_small_gemm(ta == CblasTrans, tb == CblasTrans, m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)kk, alpha, a, (blasint)lda, b, (blasint)ldb,
               beta, c, (blasint)ldc);
 }
@@ -322,6 +331,8 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
   attn_sdpa_work work;
   if ((st = attn_sdpa_plan_work(p, 1, block, ok, &work)) != ATTN_OK) return st;
+  /* a small call runs on the calling thread: waking a team costs more than its work */
+  if ((double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK) work.nthreads = 1;
 
   /* a slice per item, handed out dynamically (causal slices cost the same,
    * but the team may be shared): every slice is computed whole by one thread */
