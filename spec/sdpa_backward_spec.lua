@@ -87,6 +87,40 @@ describe("sdpa backward against torch 1.13 autograd", function()
   end)
 end)
 
+describe("sdpa backward: layouts and empty sizes", function()
+  -- the column-major copy of t (same values, strides swapped in the last two dims)
+  local function colmajor(t) return t:transpose(-1, -2):contiguous():transpose(-1, -2) end
+  for _, kernel in ipairs { "math", "flash" } do
+    it(kernel .. ": column-major q, k, v and dout (packed per slice) give the same bits", function()
+      attn.manual_seed(21)
+      local q, k, v = attn.randn(2, 70, 24), attn.randn(2, 300, 24), attn.randn(2, 300, 20)
+      local dout = attn.randn(2, 70, 20)
+      local o = { kernel = kernel, is_causal = true }
+      local out, saved = raw.sdpa_forward(q, k, v, o)
+      local a = { raw.sdpa_backward(dout, q, k, v, out, saved, o) }
+      local b = { raw.sdpa_backward(colmajor(dout), colmajor(q), colmajor(k), colmajor(v), out, saved, o) }
+      for i = 1, 3 do assert.is_true(attn.equal(a[i], b[i]), "gradient " .. i) end
+    end)
+    it(kernel .. ": Lk = 0, Lq = 0 and E = 0 give zero or empty gradients", function()
+      for _, shape in ipairs { { 3, 0, 4, 5 }, { 0, 3, 4, 5 }, { 3, 4, 0, 5 } } do
+        local lq, lk, e, ev = table.unpack(shape)
+        local q, k, v = attn.randn(2, lq, e), attn.randn(2, lk, e), attn.randn(2, lk, ev)
+        local out, saved = raw.sdpa_forward(q, k, v, { kernel = kernel })
+        local dq, dk, dv = raw.sdpa_backward(attn.ones(2, lq, ev), q, k, v, out, saved, { kernel = kernel })
+        assert.same({ 2, lq, e }, dq:size())
+        assert.same({ 2, lk, e }, dk:size())
+        assert.same({ 2, lk, ev }, dv:size())
+        for _, g in ipairs { dq, dk } do
+          if g:numel() > 0 then assert.equal(0, g:abs():max():item()) end
+        end
+        if lq > 0 and lk > 0 then -- E = 0: every weight 1 / Lk, so dv = (sum over queries of dout) / Lk = Lq / Lk
+          assert.is_true(attn.allclose(dv, attn.full({ 2, lk, ev }, lq / lk), 1e-6, 1e-6))
+        end
+      end
+    end)
+  end
+end)
+
 describe("sdpa_forward hands back what the backward needs", function()
   attn.manual_seed(3)
   local q, k, v = attn.randn(2, 2, 40, 16), attn.randn(2, 2, 50, 16), attn.randn(2, 2, 50, 8)
