@@ -30,17 +30,25 @@
  * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
  * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
  *
- * Threads: one work item is one whole slice (its dQ, dK and dV are its own),
- * in one OpenMP parallel for; inside an item every sum runs in a fixed order
- * (key blocks in increasing k0, query blocks in increasing i0), and BLAS is
- * single-threaded, so the bits do not depend on the thread count. A slice is
- * never split across threads (dQ would then need a cross-thread reduction):
- * a call with fewer slices than threads runs on fewer threads, and a small
- * call on the calling thread alone.
+ * Threads: a work item is one whole slice (its dQ, dK and dV are its own) in
+ * an OpenMP parallel for, BLAS single-threaded inside. Every gradient element
+ * sums its tiles' terms in a fixed order: dK and dV of a key block over the
+ * query blocks in increasing i0, dQ of a query block over the key blocks in
+ * increasing k0. With fewer slices than threads, the flash kernel splits the
+ * slices instead, without float atomics or a cross-thread reduction: pass 1
+ * items are (slice, key block), each owning its rows of dK, dV (and its
+ * columns of dbias), pass 2 items are (slice, query block), each owning its
+ * rows of dQ (S and dW are computed twice there: 7 products instead of 5).
+ * Both ways every element gets the same terms in the same order, so the bits
+ * do not depend on the thread count (spec/sdpa_backward_spec.lua compares 1
+ * and 2 threads, one slice included). A small call runs on the calling
+ * thread alone.
  *
- * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float32
- * within 1e-5 relative + 2e-5 absolute at Lk up to 1030 (math and flash); the
- * flash kernel's recomputed P differs from the forward's by the rounding of
+ * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float64
+ * at most 4.8e-6 absolute (|gradients| up to about 10; within 1e-5 relative +
+ * 1e-5 absolute everywhere) for Lq, Lk up to 300, math and flash; flash and
+ * math agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's
+ * recomputed P differs from the forward's by the rounding of its own S and
  * exp(S - lse) (a few ulp). */
 #include <cblas.h>
 #include <limits.h>
@@ -86,7 +94,8 @@ typedef struct bwd_ctx {
   const attn_tensor *out, *dout, *saved;
   attn_sdpa_grads g;
   bwd_operand k, v, dout_l;
-  int64_t bk; /* keys per tile: BK (flash) or Lk (math) */
+  int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
+  int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
   /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
    * d [Lq], s, dw, w [BQ, bk], f [bk] */
   size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f;
@@ -118,126 +127,182 @@ static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, 
               beta, c, (blasint)ldc);
 }
 
-/* One slice bi with the calling thread's scratch block w. */
-static void run_slice(const bwd_ctx *c, int64_t bi, float *w) {
+/* What the tiles of slice bi read and write, in the calling thread's
+ * scratch block: qs, dO and D hold the rows a work item needs, K and V the
+ * keys (row i of qs at qs + i E, wherever it was filled). */
+typedef struct bwd_slice {
+  attn_sdpa_slice sl;
+  int64_t bi;
+  const float *qs, *kp, *vp, *dop, *dd, *lse, *probs;
+  int64_t ldk, ldv, lddo;
+  float *dq, *dk, *dv, *dbias; /* this slice's gradients */
+  float *s, *dw, *wd, *f;      /* tiles: S/P, dW/dS, W [BQ, bk]; f [bk] */
+} bwd_slice;
+
+/* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
+static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          bwd_slice *t) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
-  attn_sdpa_slice sl;
-  attn_sdpa_slice_at(p, bi, &sl);
-
-  /* dq [Lq, E], dk [Lk, E], dv [Lk, Ev], dbias [Lq, Lk]: this slice's, zeroed (skipped tiles stay 0) */
-  float *dq = c->g.dq->data + bi * lq * e, *dk = c->g.dk->data + bi * lk * e, *dv = c->g.dv->data + bi * lk * ev;
-  float *dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
-  memset(dq, 0, (size_t)(lq * e) * sizeof(float));
-  memset(dk, 0, (size_t)(lk * e) * sizeof(float));
-  memset(dv, 0, (size_t)(lk * ev) * sizeof(float));
-  if (dbias) memset(dbias, 0, (size_t)(lq * lk) * sizeof(float));
-  if (lq == 0 || lk == 0) return;
-
+  int nb = p->nbatch;
+  t->bi = bi;
+  attn_sdpa_slice_at(p, bi, &t->sl);
+  t->dq = c->g.dq->data + bi * lq * e;
+  t->dk = c->g.dk->data + bi * lk * e;
+  t->dv = c->g.dv->data + bi * lk * ev;
+  t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
   /* qs [Lq, E] = fl(q * scale), as the forward */
   float *qs = w;
-  attn_sdpa_load_q(p, &sl, 0, lq, qs, e, 1);
+  attn_sdpa_load_q(p, &t->sl, r0, r1 - r0, qs + r0 * e, e, 1);
+  t->qs = qs;
   /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
-  const float *kp = sl.k, *vp = sl.v;
-  int64_t ldk = c->k.ld, ldv = c->v.ld, lddo = c->dout_l.ld;
+  t->kp = t->sl.k, t->vp = t->sl.v;
+  t->ldk = c->k.ld, t->ldv = c->v.ld, t->lddo = c->dout_l.ld;
   if (c->k.pack) {
-    pack_rows(sl.k, lk, e, attn_sdpa_row_stride(p, &p->k), attn_sdpa_col_stride(p, &p->k), w + c->off_kp);
-    kp = w + c->off_kp;
+    int64_t sr = attn_sdpa_row_stride(p, &p->k);
+    pack_rows(t->sl.k + c0 * sr, c1 - c0, e, sr, attn_sdpa_col_stride(p, &p->k), w + c->off_kp + c0 * e);
+    t->kp = w + c->off_kp;
   }
   if (c->v.pack) {
-    pack_rows(sl.v, lk, ev, attn_sdpa_row_stride(p, &p->v), attn_sdpa_col_stride(p, &p->v), w + c->off_vp);
-    vp = w + c->off_vp;
+    int64_t sr = attn_sdpa_row_stride(p, &p->v);
+    pack_rows(t->sl.v + c0 * sr, c1 - c0, ev, sr, attn_sdpa_col_stride(p, &p->v), w + c->off_vp + c0 * ev);
+    t->vp = w + c->off_vp;
   }
   const attn_tensor *dout = c->dout, *out = c->out;
-  int nb = p->nbatch;
   const float *dop = dout->data + batch_offset(p, dout, bi);
   if (c->dout_l.pack) {
-    pack_rows(dop, lq, ev, dout->stride[nb], dout->stride[nb + 1], w + c->off_dop);
+    pack_rows(dop + r0 * dout->stride[nb], r1 - r0, ev, dout->stride[nb], dout->stride[nb + 1],
+              w + c->off_dop + r0 * ev);
     dop = w + c->off_dop;
   }
+  t->dop = dop;
   /* D [Lq] = rowsum(dO * O), summed in double */
   float *dd = w + c->off_d;
   const float *o = out->data + batch_offset(p, out, bi);
-  for (int64_t i = 0; i < lq; i++) {
+  for (int64_t i = r0; i < r1; i++) {
     double acc = 0.0;
     for (int64_t d = 0; d < ev; d++)
-      acc += (double)dop[i * lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
+      acc += (double)dop[i * t->lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
     dd[i] = (float)acc;
   }
-  const float *lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
-  const float *probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
-  float *s = w + c->off_s, *dw = w + c->off_dw, *wd = w + c->off_w, *f = w + c->off_f;
-  int dropout = p->dropout_p > 0.0;
+  t->dd = dd;
+  t->lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
+  t->probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
+  t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
+}
 
-  for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
-    int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
-    for (int64_t i0 = 0; i0 < lq; i0 += BQ) {
-      int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
-      /* the keys of this block some row of the query block sees */
-      attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
-      int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
-      if (ke <= kb) continue;
-      int64_t kn = ke - kb;
-      /* P [rows, kn] at pt (row stride ldp) */
-      const float *pt;
-      int64_t ldp;
-      if (probs) {
-        pt = probs + i0 * lk + kb;
-        ldp = lk;
-      } else {
-        /* S = Qs_i K^T, modified as in the forward, then P = exp(S - lse) */
-        if (e > 0)
-          sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, qs + i0 * e, e, kp + kb * ldk, ldk, 0.0f, s, kn);
-        else
-          memset(s, 0, (size_t)(rows * kn) * sizeof(float));
-        attn_sdpa_modify_tile(p, &sl, i0, rows, kb, kn, s, kn, 1);
-        for (int64_t r = 0; r < rows; r++) {
-          float l = lse[i0 + r], *sr = s + r * kn;
-          if (l == -INFINITY) {
-            memset(sr, 0, (size_t)kn * sizeof(float));
-          } else {
-            c->kr->exp_minus(sr, kn, l);
-          }
-        }
-        pt = s;
-        ldp = kn;
-      }
-      /* dW = dO_i V^T [rows, kn] */
-      if (ev > 0)
-        sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, dop + i0 * lddo, lddo, vp + kb * ldv, ldv, 0.0f, dw, kn);
+enum { TILE_DQ = 1, TILE_DKV = 2 }; /* what a tile adds to: dQ, and/or dK, dV and dbias */
+
+/* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
+ * the keys its rows see (none: nothing to do). */
+static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
+  attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
+  int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
+  if (ke <= kb) return;
+  int64_t kn = ke - kb, ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
+  float *s = t->s, *dw = t->dw;
+  /* P [rows, kn] at pt (row stride ldp) */
+  const float *pt;
+  int64_t ldp;
+  if (t->probs) {
+    pt = t->probs + i0 * lk + kb;
+    ldp = lk;
+  } else {
+    /* S = Qs_i K^T, modified as in the forward, then P = exp(S - lse) */
+    if (e > 0)
+      sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * ldk, ldk, 0.0f, s, kn);
+    else
+      memset(s, 0, (size_t)(rows * kn) * sizeof(float));
+    attn_sdpa_modify_tile(p, &t->sl, i0, rows, kb, kn, s, kn, 1);
+    for (int64_t r = 0; r < rows; r++) {
+      float l = t->lse[i0 + r], *sr = s + r * kn;
+      if (l == -INFINITY)
+        memset(sr, 0, (size_t)kn * sizeof(float));
       else
-        memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
-      /* W = P * F (the forward's weights after dropout) and dW * F */
-      const float *wt = pt;
-      int64_t ldw = ldp;
-      if (dropout) {
-        for (int64_t r = 0; r < rows; r++) {
-          attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i0 + r) * lk + kb, kn, f);
-          for (int64_t j = 0; j < kn; j++) {
-            wd[r * kn + j] = pt[r * ldp + j] * f[j];
-            dw[r * kn + j] *= f[j];
-          }
-        }
-        wt = wd;
-        ldw = kn;
-      }
-      /* dV_j += W^T dO_i [kn, Ev] */
-      if (ev > 0)
-        sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, dop + i0 * lddo, lddo, 1.0f, dv + kb * ev, ev);
-      /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
-      for (int64_t r = 0; r < rows; r++) {
-        float di = dd[i0 + r];
-        const float *pr = pt + r * ldp;
-        float *dr = dw + r * kn;
-        for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
-        if (dbias) memcpy(dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
-      }
-      if (e > 0) {
-        /* dQ_i += scale dS K_j [rows, E]; dK_j += dS^T Qs_i [kn, E] */
-        sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, kn, kp + kb * ldk, ldk, 1.0f, dq + i0 * e, e);
-        sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, dw, kn, qs + i0 * e, e, 1.0f, dk + kb * e, e);
+        c->kr->exp_minus(sr, kn, l);
+    }
+    pt = s;
+    ldp = kn;
+  }
+  /* dW = dO_i V^T [rows, kn] */
+  if (ev > 0)
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, kn);
+  else
+    memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
+  /* W = P * F (the forward's weights after dropout) and dW * F */
+  const float *wt = pt;
+  int64_t ldw = ldp;
+  if (p->dropout_p > 0.0) {
+    for (int64_t r = 0; r < rows; r++) {
+      attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->bi * lq + i0 + r) * lk + kb, kn, t->f);
+      for (int64_t j = 0; j < kn; j++) {
+        t->wd[r * kn + j] = pt[r * ldp + j] * t->f[j];
+        dw[r * kn + j] *= t->f[j];
       }
     }
+    wt = t->wd;
+    ldw = kn;
+  }
+  /* dV_j += W^T dO_i [kn, Ev] */
+  if ((what & TILE_DKV) && ev > 0)
+    sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * lddo, lddo, 1.0f, t->dv + kb * ev, ev);
+  /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
+  for (int64_t r = 0; r < rows; r++) {
+    float di = t->dd[i0 + r];
+    const float *pr = pt + r * ldp;
+    float *dr = dw + r * kn;
+    for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
+    if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
+  }
+  if (e > 0) {
+    /* dQ_i += scale dS K_j [rows, E]; dK_j += dS^T Qs_i [kn, E] */
+    if (what & TILE_DQ)
+      sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, kn, t->kp + kb * ldk, ldk, 1.0f, t->dq + i0 * e, e);
+    if (what & TILE_DKV)
+      sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
+  }
+}
+
+/* Work item `item` with the calling thread's scratch block w. By slice: the
+ * item is slice bi, every tile (key blocks in increasing k0, query blocks in
+ * increasing i0 inside each). Two passes: pass 1 (items of dK, dV and dbias)
+ * is (slice, key block) over its query blocks in increasing i0, pass 2 (items
+ * of dQ) is (slice, query block) over the key blocks in increasing k0: each
+ * gradient element gets the same tiles' terms in the same order either way,
+ * so both give the same bits. */
+static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  bwd_slice t;
+  if (pass == 0) { /* the whole slice */
+    int64_t bi = item;
+    memset(c->g.dq->data + bi * lq * e, 0, (size_t)(lq * e) * sizeof(float));
+    memset(c->g.dk->data + bi * lk * e, 0, (size_t)(lk * e) * sizeof(float));
+    memset(c->g.dv->data + bi * lk * ev, 0, (size_t)(lk * ev) * sizeof(float));
+    if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
+    if (lq == 0 || lk == 0) return;
+    prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
+    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+      int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+      for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+    }
+  } else if (pass == 1) { /* slice bi, keys [k0, k1): dK, dV and dbias */
+    int64_t bi = item / c->nkblk, k0 = item % c->nkblk * c->bk, k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+    memset(c->g.dk->data + (bi * lk + k0) * e, 0, (size_t)((k1 - k0) * e) * sizeof(float));
+    memset(c->g.dv->data + (bi * lk + k0) * ev, 0, (size_t)((k1 - k0) * ev) * sizeof(float));
+    if (c->g.dbias)
+      for (int64_t i = 0; i < lq; i++)
+        memset(c->g.dbias->data + (bi * lq + i) * lk + k0, 0, (size_t)(k1 - k0) * sizeof(float));
+    prepare_slice(c, bi, w, 0, lq, k0, k1, &t);
+    for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DKV);
+  } else { /* slice bi, query rows [i0, i0 + BQ): dQ */
+    int64_t bi = item / c->nqblk, i0 = item % c->nqblk * BQ, i1 = lq - i0 < BQ ? lq : i0 + BQ;
+    memset(c->g.dq->data + (bi * lq + i0) * e, 0, (size_t)((i1 - i0) * e) * sizeof(float));
+    prepare_slice(c, bi, w, i0, i1, 0, lk, &t);
+    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) run_tile(c, &t, i0, k0, lk - k0 < c->bk ? lk : k0 + c->bk, TILE_DQ);
   }
 }
 
@@ -329,19 +394,27 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   if (p->dropout_p > 0.0) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
   c.off_f = block;
   ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
+  /* fewer slices than threads (flash, with keys and queries to split): two
+   * passes over (slice, block) items instead of one over slices, the same bits;
+   * a small call runs on the calling thread (waking a team costs more than its work) */
+  c.nkblk = (p->lk + c.bk - 1) / c.bk;
+  c.nqblk = (p->lq + BQ - 1) / BQ;
+  int64_t maxblk = c.nkblk > c.nqblk ? c.nkblk : c.nqblk;
+  int small = (double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK;
+  int two_pass = kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && nb < attn_threads_for(nb * maxblk);
   attn_sdpa_work work;
-  if ((st = attn_sdpa_plan_work(p, 1, block, ok, &work)) != ATTN_OK) return st;
-  /* a small call runs on the calling thread: waking a team costs more than its work */
-  if ((double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK) work.nthreads = 1;
-
-  /* a slice per item, handed out dynamically (causal slices cost the same,
-   * but the team may be shared): every slice is computed whole by one thread */
+  if ((st = attn_sdpa_plan_work(p, two_pass ? maxblk : 1, block, ok, &work)) != ATTN_OK) return st;
+  if (small) work.nthreads = 1;
+  int64_t pass_items[2] = {two_pass ? nb * c.nkblk : nb, two_pass ? nb * c.nqblk : 0};
+  /* items handed out dynamically (the team may be shared): each computed whole by one thread */
 #pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {
     omp_set_num_threads(1); /* BLAS single-threaded in here (the region's own ICV) */
     float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
+    for (int pass = 0; pass < 2; pass++) {
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < work.items; it++) run_slice(&c, it, w);
+      for (int64_t it = 0; it < pass_items[pass]; it++) run_item(&c, it, two_pass ? pass + 1 : 0, w);
+    }
   }
   free(work.scratch);
   return ATTN_OK;
