@@ -31,16 +31,19 @@ local function run(c, kernel)
   local function t(n) return fx[c.name .. "." .. n] end
   local o = options(c, kernel)
   if c.seed then attn.manual_seed(c.seed) end
-  local out, saved, ran, draw = raw.sdpa_forward(t "q", t "k", t "v", o)
+  o.need_weights = c.has_dweights
+  local out, saved, ran, draw, weights = raw.sdpa_forward(t "q", t "k", t "v", o)
   assert.equal(kernel, ran)
-  o.dropout_draw = draw
+  assert.equal(c.has_dweights == true, weights ~= nil)
+  o.need_weights, o.dropout_draw, o.dweights = nil, draw, c.has_dweights and t "dweights" or nil
   local dq, dk, dv, dbias = raw.sdpa_backward(t "dout", t "q", t "k", t "v", out, saved, o)
   return { out = out, dq = dq, dk = dk, dv = dv, dbias = dbias }
 end
 
 describe("sdpa backward against torch 1.13 autograd", function()
   for _, c in ipairs(cases) do
-    for _, kernel in ipairs { "math", "flash" } do
+    -- the weights output (and so its gradient) is the math kernel's alone
+    for _, kernel in ipairs(c.has_dweights and { "math" } or { "math", "flash" }) do
       it(("%s, kernel %s"):format(c.name, kernel), function()
         local r = run(c, kernel)
         -- the forward first: the same out (with dropout: the same mask as torch's)
@@ -322,6 +325,12 @@ describe("sdpa backward: bad input", function()
       err(raw.sdpa_backward, dout, q, k, v, out, probs:transpose(2, 3):contiguous():transpose(2, 3),
         { kernel = "math" }):match("attn%.core.*"))
   end)
+  it("dweights: the math kernel's, of the weights' shape", function()
+    assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", dweights = probs }):find(
+      B .. "bad option 'dweights' (the weights are the math kernel's; the forward ran \"flash\")", 1, true))
+    assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, probs, { kernel = "math", dweights = lse }):find(
+      B .. "bad option 'dweights' (expected the weights' shape [2, 5, 6], got [2, 5])", 1, true))
+  end)
   it("the kernel and the dropout draw are required", function()
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse):find(
       "bad argument #7 'opts' (expected option kernel = \"math\" or \"flash\"", 1, true))
@@ -335,7 +344,7 @@ describe("sdpa backward: bad input", function()
   it("unknown options, wrong types, bad operands", function()
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", need_weights = true })
       :find("unknown option 'need_weights' (expected one of mask, bias, is_causal, scale, dropout_p, kernel, "
-        .. "dropout_draw, bias_grad)", 1, true))
+        .. "dropout_draw, bias_grad, dweights)", 1, true))
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", mask = 1 })
       :find("bad option 'mask' (expected attn.Tensor, got number)", 1, true))
     assert.is_truthy(err(raw.sdpa_backward, dout, "q", k, v, out, lse, { kernel = "flash" })

@@ -12,7 +12,8 @@
  *   dq, dk, dv, dbias = sdpa_backward(dout, q, k, v, out, saved, opts)
  *     opts: the forward's mask, bias, is_causal, scale, dropout_p, plus
  *     kernel (required: what sdpa_forward returned), dropout_draw (its draw)
- *     and bias_grad (default true: false skips dbias). dq, dk, dv have the
+ *     bias_grad (default true: false skips dbias) and dweights (math only:
+ *     the gradient of the weights output, [B..., Lq, Lk]). dq, dk, dv have the
  *     shapes of q, k, v (summed over the dims they were broadcast along);
  *     dbias the shape of bias, or nil. */
 #include <float.h>
@@ -31,14 +32,15 @@ static const char *const BWD = "attn.core.autograd.sdpa_backward";
 
 typedef struct parsed_opts {
   attn_sdpa_opts o;
+  const attn_tensor *dweights; /* backward: the gradient of the weights output, or NULL */
   attn_sdpa_kernel kernel;
   int need_weights, bias_grad, has_draw;
 } parsed_opts;
 
 static const char *const fwd_names[] = {"mask", "bias", "is_causal", "scale", "dropout_p", "need_weights", "kernel",
                                         NULL};
-static const char *const bwd_names[] = {"mask",   "bias",         "is_causal", "scale", "dropout_p",
-                                        "kernel", "dropout_draw", "bias_grad", NULL};
+static const char *const bwd_names[] = {"mask",   "bias",         "is_causal", "scale",    "dropout_p",
+                                        "kernel", "dropout_draw", "bias_grad", "dweights", NULL};
 
 static void check_keys(lua_State *L, int arg, const char *fname, const char *const *names) {
   lua_pushnil(L);
@@ -123,6 +125,7 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
     if (have_p && !(po->o.dropout_p >= 0.0 && po->o.dropout_p < 1.0))
       attnL_error(L, fname, "bad option 'dropout_p' (expected a number in [0, 1), got %f)", po->o.dropout_p);
     if (backward) {
+      po->dweights = tensor_field(L, arg, fname, "dweights"); /* stays on the stack */
       po->bias_grad = bool_field(L, arg, fname, "bias_grad", 1);
       lua_getfield(L, arg, "dropout_draw");
       if (!lua_isnil(L, -1)) {
@@ -247,6 +250,13 @@ static int l_sdpa_backward(lua_State *L) {
                 attn_sizes_str(po.kernel == ATTN_SDPA_MATH ? ndim : ndim - 1, want, b1, sizeof b1),
                 attnL_shape(saved, b2, sizeof b2), saved_ok ? ", not contiguous" : "");
 
+  if (po.dweights) {
+    if (po.kernel != ATTN_SDPA_MATH)
+      attnL_error(L, BWD, "bad option 'dweights' (the weights are the math kernel's; the forward ran \"flash\")");
+    if (!same_sizes(po.dweights, ndim, want))
+      attnL_error(L, BWD, "bad option 'dweights' (expected the weights' shape %s, got %s)",
+                  attn_sizes_str(ndim, want, b1, sizeof b1), attnL_shape(po.dweights, b2, sizeof b2));
+  }
   int base = lua_gettop(L);
   attn_sdpa_grads g = {NULL, NULL, NULL, NULL};
   want[ndim - 2] = lq, want[ndim - 1] = e;
@@ -259,7 +269,7 @@ static int l_sdpa_backward(lua_State *L) {
     want[ndim - 2] = lq, want[ndim - 1] = lk;
     g.dbias = push_grad(L, po.o.bias, ndim, want);
   }
-  if (attn_sdpa_backward(po.kernel, q, k, v, &po.o, out, dout, saved, &g) != ATTN_OK) attnL_core_error(L, BWD);
+  if (attn_sdpa_backward(po.kernel, q, k, v, &po.o, out, dout, saved, po.dweights, &g) != ATTN_OK) attnL_core_error(L, BWD);
   sum_back(L, base + 1, q);
   sum_back(L, base + 2, k);
   sum_back(L, base + 3, v);

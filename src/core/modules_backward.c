@@ -225,7 +225,7 @@ attn_status attn_self_attention_backward(const attn_self_attention *m, const att
   attn_tensor dct = heads_view((float *)dcp, nb, n, h, hd, dd);
   attn_tensor dqt = attn_make(dqh, 4, hsize), dkt = attn_make(dkh, 4, hsize), dvt = attn_make(dvh, 4, hsize);
   attn_sdpa_grads sg = {&dqt, &dkt, &dvt, NULL};
-  if ((st = attn_sdpa_backward(kernel, &q, &k, &v, &opts, &ot, &dct, &st_t, &sg)) != ATTN_OK) goto done;
+  if ((st = attn_sdpa_backward(kernel, &q, &k, &v, &opts, &ot, &dct, &st_t, NULL, &sg)) != ATTN_OK) goto done;
   heads_to_rows(dqh, nb, n, h, hd, dqkv, w3);
   heads_to_rows(dkh, nb, n, h, hd, dqkv + dd, w3);
   heads_to_rows(dvh, nb, n, h, hd, dqkv + 2 * dd, w3);

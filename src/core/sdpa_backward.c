@@ -11,7 +11,7 @@
  *
  * Per slice (one (batch, head) of the flattened batch B), with Qs = fl(q *
  * scale) as the forward scaled it:
- *   D = rowsum(dO * O)                                 [Lq]
+ *   D = rowsum(dO * O) (+ rowsum(W * the weights' gradient))  [Lq]
  *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
  *     for each query block [i0, i0 + bq) that sees some of its keys (causal:
  *     blocks wholly above the diagonal are skipped; a block is cut to the keys
@@ -20,7 +20,7 @@
  *       P  = exp(S - lse) (0 where lse = -inf: no key seen), or saved probs
  *       W  = P * F (F: the forward's dropout factors, regenerated from its
  *            draw and the same positions; 1 without dropout)
- *       dW = dO_i V_j^T                                [bq, bk]
+ *       dW = dO_i V_j^T (+ the weights output's gradient)  [bq, bk]
  *       dV_j += W^T dO_i                               [bk, Ev]
  *       dS = P * (dW * F - D)   (0 where P = 0)        [bq, bk] = dbias tile
  *       dQ_i += scale dS K_j                           [bq, E]
@@ -92,6 +92,7 @@ typedef struct bwd_ctx {
   attn_sdpa_kernel kernel;
   const attn_flash_kernels *kr; /* the instruction set's exponential (src/core/cpu.h) */
   const attn_tensor *out, *dout, *saved;
+  const attn_tensor *dweights; /* NULL, or the gradient of the weights output (math) */
   attn_sdpa_grads g;
   bwd_operand k, v, dout_l;
   int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
@@ -134,6 +135,8 @@ typedef struct bwd_slice {
   attn_sdpa_slice sl;
   int64_t bi;
   const float *qs, *kp, *vp, *dop, *dd, *lse, *probs;
+  const float *dwt; /* NULL, or the gradient of the weights [Lq, Lk] (strides sdw0, sdw1) */
+  int64_t sdw0, sdw1;
   int64_t ldk, ldv, lddo;
   float *dq, *dk, *dv, *dbias; /* this slice's gradients */
   float *s, *dw, *wd, *f;      /* tiles: S/P, dW/dS, W [BQ, bk]; f [bk] */
@@ -185,6 +188,22 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
       acc += (double)dop[i * t->lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
     dd[i] = (float)acc;
   }
+  t->dwt = NULL;
+  if (c->dweights) { /* D += rowsum(W * dWeights): the weights output's own gradient */
+    const attn_tensor *g = c->dweights;
+    t->dwt = g->data + batch_offset(p, g, bi);
+    t->sdw0 = g->stride[nb], t->sdw1 = g->stride[nb + 1];
+    const float *probs = c->saved->data + bi * lq * lk;
+    float *f = w + c->off_f;
+    for (int64_t i = r0; i < r1; i++) {
+      if (p->dropout_p > 0.0) attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i) * lk, lk, f);
+      double acc = 0.0;
+      for (int64_t j = 0; j < lk; j++)
+        acc += (double)probs[i * lk + j] * (p->dropout_p > 0.0 ? (double)f[j] : 1.0) *
+               (double)t->dwt[i * t->sdw0 + j * t->sdw1];
+      dd[i] = (float)((double)dd[i] + acc);
+    }
+  }
   t->dd = dd;
   t->lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
   t->probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
@@ -232,6 +251,12 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
     sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, kn);
   else
     memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
+  /* dW += the weights output's gradient */
+  if (t->dwt)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *gr = t->dwt + (i0 + r) * t->sdw0 + kb * t->sdw1;
+      for (int64_t j = 0; j < kn; j++) dw[r * kn + j] += gr[j * t->sdw1];
+    }
   /* W = P * F (the forward's weights after dropout) and dW * F */
   const float *wt = pt;
   int64_t ldw = ldp;
@@ -328,7 +353,8 @@ static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p,
 
 attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
                                const attn_tensor *v, const attn_sdpa_opts *opts, const attn_tensor *out,
-                               const attn_tensor *dout, const attn_tensor *saved, const attn_sdpa_grads *grads) {
+                               const attn_tensor *dout, const attn_tensor *saved, const attn_tensor *dweights,
+                               const attn_sdpa_grads *grads) {
   if (kernel != ATTN_SDPA_MATH && kernel != ATTN_SDPA_FLASH)
     return attn_fail(ATTN_EARG, "the backward needs the kernel the forward ran (math or flash)");
   if (opts->lse || opts->probs) return attn_fail(ATTN_EARG, "the backward's options must not ask for lse or probs");
@@ -353,6 +379,10 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
                        attn_sizes_str(p->nbatch + 1, want, b1, sizeof b1), attn_shape_str(saved, b2, sizeof b2));
     }
   }
+  if (dweights) {
+    if (kernel != ATTN_SDPA_MATH) return attn_fail(ATTN_EARG, "dweights needs the math kernel (the weights are its)");
+    if ((st = check_shape(dweights, p, p->lq, p->lk, 0, "dweights")) != ATTN_OK) return st;
+  }
   if ((st = check_shape(grads->dq, p, p->lq, p->e, 1, "dq")) != ATTN_OK) return st;
   if ((st = check_shape(grads->dk, p, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
   if ((st = check_shape(grads->dv, p, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
@@ -365,6 +395,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   c.out = out;
   c.dout = dout;
   c.saved = saved;
+  c.dweights = dweights;
   c.g = *grads;
   int64_t nb = attn_sizes_product(p->nbatch, p->batch);
   if (nb == 0) return ATTN_OK;

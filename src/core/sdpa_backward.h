@@ -33,13 +33,16 @@ typedef struct attn_sdpa_grads {
  * ATTN_SDPA_FLASH, the one the forward ran) given out [B..., Lq, Ev] (the
  * forward's result), dout [B..., Lq, Ev] (any strides) and saved: for MATH
  * the forward's opts.probs [B..., Lq, Lk], for FLASH its opts.lse [B..., Lq]
- * (both contiguous). opts must be the forward's (opts.dropout_draw included);
- * its lse and probs must be NULL. A query row with no visible key gives zero
- * gradients. Errors: ATTN_ESHAPE / ATTN_EARG (operands as attn_sdpa_describe,
- * out, dout, saved or a gradient of the wrong shape), ATTN_ENOMEM. */
+ * (both contiguous). dweights: NULL, or (MATH only) the gradient of the
+ * weights the forward returned (after dropout), [B..., Lq, Lk], any strides.
+ * opts must be the forward's (opts.dropout_draw included); its lse and probs
+ * must be NULL. A query row with no visible key gives zero gradients.
+ * Errors: ATTN_ESHAPE / ATTN_EARG (operands as attn_sdpa_describe, out,
+ * dout, saved, dweights or a gradient of the wrong shape), ATTN_ENOMEM. */
 attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
                                const attn_tensor *v, const attn_sdpa_opts *opts, const attn_tensor *out,
-                               const attn_tensor *dout, const attn_tensor *saved, const attn_sdpa_grads *grads);
+                               const attn_tensor *dout, const attn_tensor *saved, const attn_tensor *dweights,
+                               const attn_sdpa_grads *grads);
 
 /* dst (contiguous, a shape that broadcasts to full's) = full (contiguous)
  * summed over the dims dst was broadcast along, in row-major order of full
