@@ -363,5 +363,10 @@ describe("sdpa backward: bad input", function()
     assert.is_truthy(err(raw.sdpa_forward, q, k, v, { dropout_p = 1 })
       :find(F .. "bad option 'dropout_p' (expected a number in [0, 1), got 1.0)", 1, true))
     assert.is_truthy(err(raw.sdpa_forward, q, k, v, { dropout_draw = 3 }):find(F .. "unknown option 'dropout_draw'", 1, true))
+    -- errors name the caller's function when it passes its name
+    assert.is_truthy(err(raw.sdpa_forward, q, k, "v", nil, "attn.scaled_dot_product_attention"):find(
+      "attn.scaled_dot_product_attention: bad argument #3 'v' (expected attn.Tensor, got string)", 1, true))
+    assert.is_truthy(err(raw.sdpa_forward, q, attn.randn(2, 6, 7), v, nil, "attn.scaled_dot_product_attention"):find(
+      "attn.scaled_dot_product_attention: q [2, 5, 8] and k [2, 6, 7] differ in the embedding size E", 1, true))
   end)
 end)

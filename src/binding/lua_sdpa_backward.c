@@ -2,13 +2,14 @@
  * attention that the autograd engine records (src/core/sdpa_backward.h). Not
  * in the public `attn` table (attn copies only core's functions).
  *
- *   out, saved, kernel, draw[, weights] = sdpa_forward(q, k, v[, opts])
+ *   out, saved, kernel, draw[, weights] = sdpa_forward(q, k, v[, opts[, fname]])
  *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel as
  *     attn.scaled_dot_product_attention's; kernel is the one that ran ("math"
  *     or "flash"); saved is what its backward needs: the softmax before
  *     dropout [B..., Lq, Lk] (math) or the log-sum-exp [B..., Lq] (flash);
  *     draw is the dropout draw of the call (0 without dropout); weights
  *     (need_weights) are the weights after dropout, as the public function's.
+ *     fname (a string) names the function in error messages.
  *   dq, dk, dv, dbias = sdpa_backward(dout, q, k, v, out, saved, opts)
  *     opts: the forward's mask, bias, is_causal, scale, dropout_p, plus
  *     kernel (required: what sdpa_forward returned), dropout_draw (its draw)
@@ -162,32 +163,35 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
 }
 
 static int l_sdpa_forward(lua_State *L) {
-  attnL_check_nargs(L, 4, FWD);
-  attn_tensor *q = attnL_check(L, 1, FWD, "q");
-  attn_tensor *k = attnL_check(L, 2, FWD, "k");
-  attn_tensor *v = attnL_check(L, 3, FWD, "v");
-  lua_settop(L, 4);
+  attnL_check_nargs(L, 5, FWD);
+  /* errors name the caller's function when it passes its name (the recording
+   * attn.scaled_dot_product_attention): the user called that, not this */
+  const char *FN = lua_type(L, 5) == LUA_TSTRING ? lua_tostring(L, 5) : FWD;
+  attn_tensor *q = attnL_check(L, 1, FN, "q");
+  attn_tensor *k = attnL_check(L, 2, FN, "k");
+  attn_tensor *v = attnL_check(L, 3, FN, "v");
+  lua_settop(L, 5);
   parsed_opts po;
-  parse_opts(L, 4, FWD, 0, q, &po);
+  parse_opts(L, 4, FN, 0, q, &po);
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
-  if (attn_sdpa_shape(q, k, v, po.o.mask, po.o.bias, &ndim, size) != ATTN_OK) attnL_core_error(L, FWD);
+  if (attn_sdpa_shape(q, k, v, po.o.mask, po.o.bias, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
   int64_t nb = attn_sizes_product(ndim - 2, size), lk = k->size[k->ndim - 2];
   const char *why;
   attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(po.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
                                                     size[ndim - 1], po.need_weights, &why);
-  if (kernel == ATTN_SDPA_AUTO) attnL_error(L, FWD, "%s; use kernel = \"math\" or \"auto\"", why);
-  attn_tensor *out = attnL_push_uninit(L, ndim, size, FWD);
+  if (kernel == ATTN_SDPA_AUTO) attnL_error(L, FN, "%s; use kernel = \"math\" or \"auto\"", why);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, FN);
   size[ndim - 1] = lk;
   if (kernel == ATTN_SDPA_MATH)
-    po.o.probs = attnL_push_uninit(L, ndim, size, FWD);
+    po.o.probs = attnL_push_uninit(L, ndim, size, FN);
   else
-    po.o.lse = attnL_push_uninit(L, ndim - 1, size, FWD);
-  attn_tensor *weights = po.need_weights ? attnL_push_uninit(L, ndim, size, FWD) : NULL;
+    po.o.lse = attnL_push_uninit(L, ndim - 1, size, FN);
+  attn_tensor *weights = po.need_weights ? attnL_push_uninit(L, ndim, size, FN) : NULL;
   if (po.o.dropout_p > 0.0) po.o.dropout_draw = attn_rng_u32(attnL_generator(L));
   attn_status st = kernel == ATTN_SDPA_MATH ? attn_sdpa_math(q, k, v, &po.o, out, weights)
                                             : attn_sdpa_flash(q, k, v, &po.o, out);
-  if (st != ATTN_OK) attnL_core_error(L, FWD);
+  if (st != ATTN_OK) attnL_core_error(L, FN);
   lua_pushstring(L, kernel == ATTN_SDPA_MATH ? "math" : "flash");
   lua_pushinteger(L, (lua_Integer)po.o.dropout_draw);
   if (weights) lua_rotate(L, -3, -1); /* weights last */
