@@ -149,6 +149,19 @@ describe("sdpa_forward hands back what the backward needs", function()
     -- the dropped weights are zero where probs is not, and the rest are probs / (1 - p)
     assert.is_true(attn.allclose(w, probs:mul(w:ne(0)) * 2, 1e-6, 0))
   end)
+  it("return_lse: the lse comes last, the public function's, for both kernels", function()
+    for _, kernel in ipairs { "math", "flash" } do
+      local r = table.pack(raw.sdpa_forward(q, k, v, { kernel = kernel, return_lse = true, need_weights = kernel == "math",
+        is_causal = true }))
+      local p = table.pack(attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, return_lse = true,
+        need_weights = kernel == "math", is_causal = true }))
+      assert.equal(kernel == "math" and 6 or 5, r.n)
+      assert.is_true(attn.equal(r[1], p[1]))
+      assert.is_true(attn.equal(r[r.n], p[p.n]))
+      if kernel == "math" then assert.is_true(attn.equal(r[5], p[2])) end
+      if kernel == "flash" then assert.are_not.equal(r[2], r[5]) end -- a copy: the saved lse stays the backward's
+    end
+  end)
   it("auto picks a kernel and says which", function()
     local _, _, small = raw.sdpa_forward(q, k, v)
     assert.equal("math", small)

@@ -2,8 +2,8 @@
  * attention that the autograd engine records (src/core/sdpa_backward.h). Not
  * in the public `attn` table (attn copies only core's functions).
  *
- *   out, saved, kernel, draw[, weights] = sdpa_forward(q, k, v[, opts[, fname]])
- *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel as
+ *   out, saved, kernel, draw[, weights][, lse] = sdpa_forward(q, k, v[, opts[, fname]])
+ *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse as
  *     attn.scaled_dot_product_attention's; kernel is the one that ran ("math"
  *     or "flash"); saved is what its backward needs: the softmax before
  *     dropout [B..., Lq, Lk] (math) or the log-sum-exp [B..., Lq] (flash);
@@ -35,11 +35,11 @@ typedef struct parsed_opts {
   attn_sdpa_opts o;
   const attn_tensor *dweights; /* backward: the gradient of the weights output, or NULL */
   attn_sdpa_kernel kernel;
-  int need_weights, bias_grad, has_draw;
+  int need_weights, return_lse, bias_grad, has_draw;
 } parsed_opts;
 
-static const char *const fwd_names[] = {"mask", "bias", "is_causal", "scale", "dropout_p", "need_weights", "kernel",
-                                        NULL};
+static const char *const fwd_names[] = {"mask",         "bias",   "is_causal",  "scale", "dropout_p",
+                                        "need_weights", "kernel", "return_lse", NULL};
 static const char *const bwd_names[] = {"mask",   "bias",         "is_causal", "scale",    "dropout_p",
                                         "kernel", "dropout_draw", "bias_grad", "dweights", NULL};
 
@@ -139,6 +139,7 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
       lua_pop(L, 1);
     } else {
       po->need_weights = bool_field(L, arg, fname, "need_weights", 0);
+      po->return_lse = bool_field(L, arg, fname, "return_lse", 0);
     }
     lua_getfield(L, arg, "kernel");
     if (!lua_isnil(L, -1)) {
@@ -187,15 +188,21 @@ static int l_sdpa_forward(lua_State *L) {
     po.o.probs = attnL_push_uninit(L, ndim, size, FN);
   else
     po.o.lse = attnL_push_uninit(L, ndim - 1, size, FN);
+  int saved_idx = lua_gettop(L);
   attn_tensor *weights = po.need_weights ? attnL_push_uninit(L, ndim, size, FN) : NULL;
+  /* the lse asked for: the math kernel's own, a copy of flash's saved one */
+  attn_tensor *lse = po.return_lse ? attnL_push_uninit(L, ndim - 1, size, FN) : NULL;
+  if (lse && kernel == ATTN_SDPA_MATH) po.o.lse = lse;
   if (po.o.dropout_p > 0.0) po.o.dropout_draw = attn_rng_u32(attnL_generator(L));
   attn_status st = kernel == ATTN_SDPA_MATH ? attn_sdpa_math(q, k, v, &po.o, out, weights)
                                             : attn_sdpa_flash(q, k, v, &po.o, out);
   if (st != ATTN_OK) attnL_core_error(L, FN);
+  if (lse && kernel == ATTN_SDPA_FLASH) memcpy(lse->data, po.o.lse->data, (size_t)attn_numel(lse) * sizeof(float));
+  /* out, saved, kernel, draw[, weights][, lse] */
   lua_pushstring(L, kernel == ATTN_SDPA_MATH ? "math" : "flash");
   lua_pushinteger(L, (lua_Integer)po.o.dropout_draw);
-  if (weights) lua_rotate(L, -3, -1); /* weights last */
-  return 4 + (weights != NULL);
+  lua_rotate(L, saved_idx + 1, 2);
+  return 4 + (weights != NULL) + (lse != NULL);
 }
 
 /* Does t have exactly the sizes (ndim, size)? */
