@@ -42,10 +42,10 @@ local inner = autograd.Function{
     local q, k, v, out, saved, mask, bias = ctx:saved()
     local need = ctx.needs_input_grad
     local o = { mask = mask, bias = bias, is_causal = ctx.is_causal, scale = ctx.scale, dropout_p = ctx.dropout_p,
-                kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = bias ~= nil and need[4] or nil,
+                kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = need[4] == true,
                 dweights = ctx.need_weights and g_weights or nil }
     local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
-    return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias
+    return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
   end,
 }
 
