@@ -80,6 +80,48 @@ describe("fused module backward against torch 1.13 autograd", function()
   end)
 end)
 
+describe("the modules record through the fused forward and its C backward", function()
+  -- the fused path (one C call forward, one backward) against the module-by-module path
+  -- (forward_modules: Linear, scaled_dot_product_attention, ... each recorded), both through attn.autograd
+  for _, spec in ipairs {
+    { "CausalAttention", function() return attn.nn.CausalAttention(5, 4, 12, 0.0) end, { 2, 12, 5 }, "UnsafeViewBackward0" },
+    { "CausalAttention, 2-D x", function() return attn.nn.CausalAttention(5, 4, 12, 0.0) end, { 12, 5 }, "MmBackward0" },
+    { "MultiHeadAttention with qkv bias, dropout", function()
+        return attn.nn.MultiHeadAttention(6, 8, 40, 0.25, 2, { qkv_bias = true }):train() end, { 3, 40, 6 },
+      "ViewBackward0" },
+    { "MultiHeadAttention, BLAS path", function() return attn.nn.MultiHeadAttention(32, 48, 64, 0.0, 4) end,
+      { 2, 64, 32 }, "ViewBackward0" },
+  } do
+    it(spec[1], function()
+      attn.manual_seed(8)
+      local m = spec[2]()
+      local x = attn.randn(spec[3], { requires_grad = true })
+      local g = attn.randn(m:forward_modules(x:detach()):size())
+      local function grads(forward)
+        m:zero_grad()
+        x.grad = nil
+        attn.manual_seed(9)
+        local y = forward(x)
+        y:backward(g)
+        local r = { y = y, x = x.grad, name = y.grad_fn:name(), edges = #y.grad_fn:next_functions() }
+        for _, np in ipairs(m:named_parameters()) do r[np[1]] = np[2].grad end
+        return r
+      end
+      local fused = grads(function(t) return m(t) end)
+      local modules = grads(function(t) return m:forward_modules(t) end)
+      assert.equal(spec[4], fused.name)
+      -- one node for the whole module (x, every parameter, the mask buffer), not the last op of many
+      assert.equal(#m:parameters() + 2, fused.edges)
+      assert.are_not.equal(fused.edges, modules.edges)
+      assert.is_true(attn.equal(fused.y, modules.y))
+      assert_close(fused.x, modules.x, 1e-5, 2e-5, "x")
+      for _, np in ipairs(m:named_parameters()) do
+        assert_close(fused[np[1]], modules[np[1]], 1e-5, 2e-5, np[1])
+      end
+    end)
+  end
+end)
+
 describe("fused module backward: the same bits for 1 and 2 threads", function()
   local CHILD = [[
 local attn = require "attn"

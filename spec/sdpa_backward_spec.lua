@@ -90,6 +90,54 @@ describe("sdpa backward against torch 1.13 autograd", function()
   end)
 end)
 
+describe("attn.scaled_dot_product_attention records (attn.sdpa_autograd)", function()
+  for _, idx in ipairs { 9, 10, 11, 12 } do -- dropout, broadcast (bias), weights_grad, all
+    local c = cases[idx]
+    for _, kernel in ipairs(c.has_dweights and { "math" } or { "math", "flash" }) do
+      it(("%s, kernel %s: x.grad after backward is torch's"):format(c.name, kernel), function()
+        local function t(n) return fx[c.name .. "." .. n]:clone() end
+        local q, k, v = t "q":requires_grad_(), t "k":requires_grad_(), t "v":requires_grad_()
+        local bias = c.has_bias and t "bias":requires_grad_() or nil
+        local o = { kernel = kernel, is_causal = c.is_causal, scale = c.scale, dropout_p = c.dropout_p,
+                    mask = c.has_mask and t "mask" or nil, bias = bias, need_weights = c.has_dweights,
+                    return_lse = true }
+        if c.seed then attn.manual_seed(c.seed) end
+        local r = table.pack(attn.scaled_dot_product_attention(q, k, v, o))
+        local out, lse = r[1], r[r.n]
+        assert.equal("UnsafeViewBackward0", out.grad_fn:name())
+        assert.is_false(lse.requires_grad)
+        local loss = (out * t "dout"):sum()
+        if c.has_dweights then loss = loss + (r[2] * t "dweights"):sum() end
+        loss:backward()
+        for _, pair in ipairs { { q, "dq" }, { k, "dk" }, { v, "dv" }, { bias, "dbias" } } do
+          if pair[1] then assert_close(pair[1].grad, fx[c.name .. "." .. pair[2]], 1e-5, 1e-5, pair[2]) end
+        end
+      end)
+    end
+  end
+  it("2-D inputs name MmBackward0; only the inputs that require grad get one", function()
+    attn.manual_seed(1)
+    local q, k, v = attn.randn(5, 4, { requires_grad = true }), attn.randn(6, 4), attn.randn(6, 3)
+    local out = attn.scaled_dot_product_attention(q, k, v)
+    assert.equal("MmBackward0", out.grad_fn:name())
+    out:sum():backward()
+    assert.same({ 5, 4 }, q.grad:size())
+    assert.is_nil(k.grad)
+    -- q.grad against the raw backward
+    local o2, saved, kernel = raw.sdpa_forward(q:detach(), k, v)
+    local dq = raw.sdpa_backward(attn.ones(5, 3), q:detach(), k, v, o2, saved, { kernel = kernel })
+    assert.is_true(attn.equal(q.grad, dq))
+  end)
+  it("unrecorded calls (no_grad, nothing requires grad) give the plain function's results", function()
+    attn.manual_seed(2)
+    local q = attn.randn(2, 5, 4, { requires_grad = true })
+    local a = attn.no_grad(attn.scaled_dot_product_attention, q, q, q)
+    assert.is_nil(a.grad_fn)
+    assert.is_true(attn.equal(a, attn.scaled_dot_product_attention(q:detach(), q:detach(), q:detach())))
+    assert.is_true(attn.equal(a, attn.scaled_dot_product_attention(q, q, q)))
+  end)
+end)
+
 describe("sdpa backward: layouts and empty sizes", function()
   -- the column-major copy of t (same values, strides swapped in the last two dims)
   local function colmajor(t) return t:transpose(-1, -2):contiguous():transpose(-1, -2) end

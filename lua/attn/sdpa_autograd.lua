@@ -77,15 +77,16 @@ local PARAM_ARGS = { 8, 9, 10, 11, 12, 13, 14, 15 }
 M.fused_attention = autograd.Function{
   name = function(x, ...)
     if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
-    return x:dim() == 2 and "MmBackward0" or "UnsafeViewBackward0"
+    return is_tensor(x) and x:dim() == 2 and "MmBackward0" or "UnsafeViewBackward0"
   end,
   fname = "attention_forward",
   raw = fused_forward,
   forward = function(ctx, ...)
     local a = table.pack(...)
-    local out, draw = fused_forward(table.unpack(a, 1, 16), true)
+    a[17] = true -- and the dropout draw
+    local out, draw = fused_forward(table.unpack(a, 1, 17))
     if out == nil then return nil end
-    a.n = 16
+    a[17], a.n = nil, 16
     ctx.args, ctx.draw = a, draw
     ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16])
     return out
