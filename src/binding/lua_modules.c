@@ -129,7 +129,7 @@ static int l_attention_backward(lua_State *L) {
   attn_tensor *dout = attnL_check(L, 17, BWD, "dout");
   lua_Integer draw = attnL_checkinteger(L, 18, BWD, "draw");
   if (draw < 0 || draw > (lua_Integer)UINT32_MAX)
-    attnL_error(L, BWD, "bad argument #18 'draw' (expected an integer in [0, 2^32), got %d)", (int)draw);
+    attnL_error(L, BWD, "bad argument #18 'draw' (expected an integer in [0, 2^32), got %I)", (LUAI_UACINT)draw);
   m.dropout_draw = (uint32_t)draw;
   attn_tensor *x = attnL_test(L, 1);
   char b1[200], b2[200];
