@@ -182,12 +182,13 @@ describe("fused module backward: bad input", function()
     a[17], a[18] = attn.zeros(2, 6, 3), 0
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(
       B .. "bad argument #17 'dout' (expected the shape of out [2, 6, 2], got [2, 6, 3])", 1, true))
-    a[17], a[18] = fx[c.name .. ".dout"], -1
+    a[7], a[17], a[18] = 0.25, fx[c.name .. ".dout"], -1 -- with dropout, the draw is read
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(
-      B .. "bad argument #18 'draw' (expected an integer in [0, 2^32), got -1)", 1, true))
+      B .. "bad argument #18 'draw' (expected the forward's dropout draw: an integer in [0, 2^32), or its keep "
+      .. "flags for 144 elements, got number)", 1, true))
     a[18] = "x"
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(B .. "bad argument #18 'draw'", 1, true))
-    a[18] = 0
+    a[7], a[18] = c.dropout_p, 0
     a[17] = nil
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(B .. "bad argument #17 'dout' (expected attn.Tensor", 1, true))
     a[17] = fx[c.name .. ".dout"]

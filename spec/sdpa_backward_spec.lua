@@ -138,6 +138,43 @@ describe("attn.scaled_dot_product_attention records (attn.sdpa_autograd)", funct
   end)
 end)
 
+describe("sdpa backward: the default dropout stream (per-element keep flags)", function()
+  it("the forward hands back its keep flags; math and flash give the same gradients, not the mkl stream's", function()
+    attn.manual_seed(31)
+    local q, k, v = attn.randn(2, 40, 16), attn.randn(2, 50, 16), attn.randn(2, 50, 8)
+    local dout = attn.randn(2, 40, 8)
+    local function grads(kernel, stream)
+      local prev = attn.get_dropout_stream()
+      attn.set_dropout_stream(stream)
+      attn.manual_seed(6)
+      local o = { kernel = kernel, dropout_p = 0.4 }
+      local out, saved, _, draw = raw.sdpa_forward(q, k, v, o)
+      attn.set_dropout_stream(prev)
+      assert.equal(stream == "default" and "userdata" or "number", type(draw))
+      -- the forward is the public function's (the same stream, the same seed)
+      attn.set_dropout_stream(stream)
+      attn.manual_seed(6)
+      assert.is_true(attn.equal(out, attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, dropout_p = 0.4 })))
+      attn.set_dropout_stream(prev)
+      o.dropout_draw = draw
+      return { raw.sdpa_backward(dout, q, k, v, out, saved, o) }
+    end
+    local m, f, mkl = grads("math", "default"), grads("flash", "default"), grads("math", "mkl")
+    for i = 1, 3 do assert_close(f[i], m[i], 1e-5, 1e-5, "gradient " .. i) end
+    assert.is_false(attn.allclose(m[1], mkl[1], 1e-3, 1e-3))
+    -- keep flags of another call's size are refused
+    local out, saved, _, draw = raw.sdpa_forward(q, k, v, { kernel = "math" })
+    attn.set_dropout_stream("default")
+    local _, _, _, other = raw.sdpa_forward(q[1], k[1], v[1], { kernel = "math", dropout_p = 0.4 })
+    attn.set_dropout_stream("mkl")
+    assert.equal(0, draw)
+    local ok, e = pcall(raw.sdpa_backward, dout, q, k, v, out, saved, { kernel = "math", dropout_p = 0.4,
+      dropout_draw = other })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(e):find("its keep flags for 4000 elements, got userdata", 1, true))
+  end)
+end)
+
 describe("sdpa backward: layouts and empty sizes", function()
   -- the column-major copy of t (same values, strides swapped in the last two dims)
   local function colmajor(t) return t:transpose(-1, -2):contiguous():transpose(-1, -2) end
@@ -400,7 +437,10 @@ describe("sdpa backward: bad input", function()
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", dropout_p = 0.2 }):find(
       "dropout_p > 0 needs dropout_draw", 1, true))
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", dropout_p = 0.2,
-      dropout_draw = -1 }):find("bad option 'dropout_draw' (expected an integer in [0, 2^32), got -1)", 1, true))
+      dropout_draw = -1 }):find(B .. "bad option 'dropout_draw' (expected the forward's dropout draw: an integer in "
+      .. "[0, 2^32), or its keep flags for 60 elements, got number)", 1, true))
+    assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", dropout_p = 0.2,
+      dropout_draw = "x" }):find(B .. "bad option 'dropout_draw' (expected the forward's dropout draw", 1, true))
   end)
   it("unknown options, wrong types, bad operands", function()
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", need_weights = true })

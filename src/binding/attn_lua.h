@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "rng.h"
 #include "tensor.h"
 
 #define ATTN_TENSOR_NAME "attn.Tensor"
@@ -93,6 +94,15 @@ void attnL_open_rng(lua_State *L);
  * state, kept in the registry and created by luaopen, shared by the state's
  * coroutines. Two states (e.g. on two OS threads) never share one. */
 struct attn_generator *attnL_generator(lua_State *L);
+/* The draw of one dropout call (0 < p < 1) over numel elements in row-major
+ * order (attention: the weights [B..., Lq, Lk]), from this state's generator
+ * in the stream attn.set_dropout_stream selected: the one function every
+ * dropout consumer draws through. Pushes one value holding the default
+ * stream's keep flags (nil for MKL): keep it on the stack while the draw is used.
+ * numel < 0: more elements than int64 counts (an error for the default stream). */
+struct attn_dropout_draw attnL_draw_dropout(lua_State *L, double p, int64_t numel, const char *fname);
+/* attn.multinomial, randint, randperm (lua_sampling.c) */
+void attnL_open_sampling(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);
@@ -102,5 +112,13 @@ void attnL_open_cpu(lua_State *L);
 void attnL_open_modules(lua_State *L);
 /* attn.core.autograd: the raw SDPA forward and backward (src/binding/lua_sdpa_backward.c). */
 void attnL_open_sdpa_autograd(lua_State *L);
+/* A dropout draw handed to Lua for a backward: pushes the MKL stream's draw
+ * (an integer), or the value at holder (the default stream's keep flags,
+ * attnL_draw_dropout's holder; 0: none). */
+void attnL_push_dropout_draw(lua_State *L, attn_dropout_draw d, int holder);
+/* The draw at idx, as attnL_push_dropout_draw pushed it, for a call over
+ * numel elements (-1: more than int64 counts); raises "bad argument"/"bad
+ * option" naming `what` otherwise. The keep flags stay owned by the value at idx. */
+attn_dropout_draw attnL_check_dropout_draw(lua_State *L, int idx, int64_t numel, const char *fname, const char *what);
 
 #endif

@@ -68,7 +68,7 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
   m->heads = (int64_t)heads;
   m->scale = (float)scale;
   m->dropout_p = (double)p;
-  m->dropout_draw = 0;
+  m->dropout_draw = (attn_dropout_draw){0, NULL};
   m->mask = NULL;
   if (!ok || (!m->wo && m->bo) || attn_self_attention_check(m, (int64_t)d_in) != ATTN_OK) return 0;
   const attn_tensor *mask = opt_tensor(L, 16, &ok);
@@ -102,13 +102,22 @@ static int l_attention_forward(lua_State *L) {
   for (int d = 0; d < nd - 2; d++) nb *= size[d];
   int64_t s3[3] = {nb, size[nd - 2], d_in}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
   attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
+  int dropout_holder = 0;
   if (m.dropout_p > 0.0) {
-    /* one 32-bit draw per call, where the Lua path's scaled_dot_product_attention draws it */
-    m.dropout_draw = attn_rng_u32(attnL_generator(L));
+    /* where the Lua path's scaled_dot_product_attention draws it, over the weights [B, heads, n, n] */
+    int64_t numel; /* -1: more than int64 counts */
+    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
+    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
+    dropout_holder = 1;
   }
   if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
-  if (!return_draw) return 1;
-  lua_pushinteger(L, (lua_Integer)m.dropout_draw); /* for attention_backward */
+  if (!return_draw) {
+    lua_pop(L, dropout_holder);
+    return 1;
+  }
+  /* out, draw (for attention_backward): the MKL draw, or the holder of the keep flags */
+  attnL_push_dropout_draw(L, m.dropout_draw, dropout_holder ? lua_gettop(L) : 0);
+  if (dropout_holder) lua_remove(L, -2);
   return 2;
 }
 
@@ -127,11 +136,12 @@ static int l_attention_backward(lua_State *L) {
   if (!read_module(L, &m, &mask_corner))
     attnL_error(L, BWD, "arguments 1 to 16 are not those of a call attention_forward runs");
   attn_tensor *dout = attnL_check(L, 17, BWD, "dout");
-  lua_Integer draw = attnL_checkinteger(L, 18, BWD, "draw");
-  if (draw < 0 || draw > (lua_Integer)UINT32_MAX)
-    attnL_error(L, BWD, "bad argument #18 'draw' (expected an integer in [0, 2^32), got %I)", (LUAI_UACINT)draw);
-  m.dropout_draw = (uint32_t)draw;
   attn_tensor *x = attnL_test(L, 1);
+  if (m.dropout_p > 0.0) { /* the forward's draw over the weights [B, heads, n, n] */
+    int64_t nbn = attn_sizes_product(x->ndim - 1, x->size), n_ = x->size[x->ndim - 2], numel;
+    if (__builtin_mul_overflow(nbn, m.heads * n_, &numel)) numel = -1;
+    m.dropout_draw = attnL_check_dropout_draw(L, 18, numel, BWD, "argument #18 'draw'");
+  }
   char b1[200], b2[200];
   int nd = x->ndim, shape_ok = dout->ndim == nd;
   for (int d = 0; shape_ok && d < nd; d++) shape_ok = dout->size[d] == (d == nd - 1 ? m.wq->size[0] : x->size[d]);

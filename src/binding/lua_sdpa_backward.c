@@ -31,11 +31,34 @@
 static const char *const FWD = "attn.core.autograd.sdpa_forward";
 static const char *const BWD = "attn.core.autograd.sdpa_backward";
 
+void attnL_push_dropout_draw(lua_State *L, attn_dropout_draw d, int holder) {
+  if (d.keep && holder)
+    lua_pushvalue(L, holder);
+  else
+    lua_pushinteger(L, (lua_Integer)d.mkl);
+}
+
+attn_dropout_draw attnL_check_dropout_draw(lua_State *L, int idx, int64_t numel, const char *fname, const char *what) {
+  attn_dropout_draw d = {0, NULL};
+  if (lua_isinteger(L, idx) && lua_tointeger(L, idx) >= 0 && lua_tointeger(L, idx) <= (lua_Integer)UINT32_MAX) {
+    d.mkl = (uint32_t)lua_tointeger(L, idx);
+    return d;
+  }
+  int64_t words = numel < 0 ? -1 : attn_dropout_keep_words(ATTN_DROPOUT_DEFAULT, numel);
+  if (lua_type(L, idx) == LUA_TUSERDATA && !lua_getmetatable(L, idx) && words >= 0 &&
+      lua_rawlen(L, idx) == (size_t)words * sizeof(uint64_t)) {
+    d.keep = lua_touserdata(L, idx);
+    return d;
+  }
+  return (attnL_error(L, fname, "bad %s (expected the forward's dropout draw: an integer in [0, 2^32), or its keep "
+                      "flags for %I elements, got %s)", what, (LUAI_UACINT)numel, luaL_typename(L, idx)), d);
+}
+
 typedef struct parsed_opts {
   attn_sdpa_opts o;
   const attn_tensor *dweights; /* backward: the gradient of the weights output, or NULL */
   attn_sdpa_kernel kernel;
-  int need_weights, return_lse, bias_grad, has_draw;
+  int need_weights, return_lse, bias_grad, draw_idx; /* draw_idx: the dropout_draw option's stack slot, or 0 */
 } parsed_opts;
 
 static const char *const fwd_names[] = {"mask",         "bias",   "is_causal",  "scale", "dropout_p",
@@ -128,15 +151,8 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
     if (backward) {
       po->dweights = tensor_field(L, arg, fname, "dweights"); /* stays on the stack */
       po->bias_grad = bool_field(L, arg, fname, "bias_grad", 1);
-      lua_getfield(L, arg, "dropout_draw");
-      if (!lua_isnil(L, -1)) {
-        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > (lua_Integer)UINT32_MAX)
-          attnL_error(L, fname, "bad option 'dropout_draw' (expected an integer in [0, 2^32), got %s)",
-                      luaL_tolstring(L, -1, NULL));
-        po->o.dropout_draw = (uint32_t)lua_tointeger(L, -1);
-        po->has_draw = 1;
-      }
-      lua_pop(L, 1);
+      lua_getfield(L, arg, "dropout_draw"); /* stays on the stack: decoded once the shapes are known */
+      if (!lua_isnil(L, -1)) po->draw_idx = lua_gettop(L);
     } else {
       po->need_weights = bool_field(L, arg, fname, "need_weights", 0);
       po->return_lse = bool_field(L, arg, fname, "return_lse", 0);
@@ -158,7 +174,7 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
   if (backward && po->kernel == ATTN_SDPA_AUTO)
     attnL_error(L, fname, "bad argument #7 'opts' (expected option kernel = \"math\" or \"flash\", the kernel the "
                 "forward ran)");
-  if (backward && po->o.dropout_p > 0.0 && !po->has_draw)
+  if (backward && po->o.dropout_p > 0.0 && !po->draw_idx)
     attnL_error(L, fname, "bad argument #7 'opts' (dropout_p > 0 needs dropout_draw, the forward's draw)");
   if (q->ndim >= 1) po->o.scale = have_scale ? (float)scale : (float)(1.0 / sqrt((double)q->size[q->ndim - 1]));
 }
@@ -193,14 +209,21 @@ static int l_sdpa_forward(lua_State *L) {
   /* the lse asked for: the math kernel's own, a copy of flash's saved one */
   attn_tensor *lse = po.return_lse ? attnL_push_uninit(L, ndim - 1, size, FN) : NULL;
   if (lse && kernel == ATTN_SDPA_MATH) po.o.lse = lse;
-  if (po.o.dropout_p > 0.0) po.o.dropout_draw = attn_rng_u32(attnL_generator(L));
+  int holder = 0;
+  if (po.o.dropout_p > 0.0) { /* over the weights [B..., Lq, Lk], as the public function */
+    int64_t numel;
+    if (__builtin_mul_overflow(attn_sizes_product(ndim - 1, size), lk, &numel)) numel = -1;
+    po.o.dropout_draw = attnL_draw_dropout(L, po.o.dropout_p, numel, FN);
+    holder = lua_gettop(L);
+  }
   attn_status st = kernel == ATTN_SDPA_MATH ? attn_sdpa_math(q, k, v, &po.o, out, weights)
                                             : attn_sdpa_flash(q, k, v, &po.o, out);
   if (st != ATTN_OK) attnL_core_error(L, FN);
   if (lse && kernel == ATTN_SDPA_FLASH) memcpy(lse->data, po.o.lse->data, (size_t)attn_numel(lse) * sizeof(float));
   /* out, saved, kernel, draw[, weights][, lse] */
   lua_pushstring(L, kernel == ATTN_SDPA_MATH ? "math" : "flash");
-  lua_pushinteger(L, (lua_Integer)po.o.dropout_draw);
+  attnL_push_dropout_draw(L, po.o.dropout_draw, holder);
+  if (holder) lua_remove(L, holder);
   lua_rotate(L, saved_idx + 1, 2);
   return 4 + (weights != NULL) + (lse != NULL);
 }
@@ -267,6 +290,11 @@ static int l_sdpa_backward(lua_State *L) {
     if (!same_sizes(po.dweights, ndim, want))
       attnL_error(L, BWD, "bad option 'dweights' (expected the weights' shape %s, got %s)",
                   attn_sizes_str(ndim, want, b1, sizeof b1), attnL_shape(po.dweights, b2, sizeof b2));
+  }
+  if (po.o.dropout_p > 0.0) {
+    int64_t numel;
+    if (__builtin_mul_overflow(attn_sizes_product(ndim - 1, size), lk, &numel)) numel = -1;
+    po.o.dropout_draw = attnL_check_dropout_draw(L, po.draw_idx, numel, BWD, "option 'dropout_draw'");
   }
   int base = lua_gettop(L);
   attn_sdpa_grads g = {NULL, NULL, NULL, NULL};

@@ -116,7 +116,7 @@ static void attention_tiny(const attn_sdpa_problem *p, float *o, float *probs, f
         s[j] = acc;
       }
       attn_sdpa_modify_tile(p, &sl, i, 1, 0, lk, s, 0, 1);
-      if (attn_softmax_dropout_row(s, lk, 0.0, 0, position, f, NULL)) {
+      if (attn_softmax_dropout_row(s, lk, 0.0, (attn_dropout_draw){0, NULL}, position, f, NULL)) {
         memset(oi, 0, (size_t)ev * sizeof(float));
         continue;
       }
