@@ -1,7 +1,8 @@
 -- Attention benchmarks, one JSON object per line (api.md section 5).
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
--- C_causal, mha, tiny, tiny_train, decode, decode_gqa, window (default: all). Each attention case runs every kernel
+-- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
+-- mha, tiny, tiny_train, decode, decode_gqa, window (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -175,6 +176,44 @@ if wanted("window") then
     end, opts.reps)
     emit { case = "window", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = true, window = left,
            ms = ms, gflops = 4.0 * b * h * pairs * e / (ms * 1e6), visible_pairs = pairs }
+-- forward + backward through the raw calls the autograd engine records
+-- (attn.core.autograd): ms of both, fwd_ms of the forward alone, gflops =
+-- 14*b*h*lq*lk*e / time (the forward's 4 plus the backward's 10). dout is out
+-- itself (any tensor of out's shape times the same; it saves one [B, H, L, E]).
+local raw_sdpa = require("attn.core").autograd
+local function backward_case(name, b, h, n, e, causal, kernels)
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  for _, kernel in ipairs(kernels) do
+    local o = { is_causal = causal, kernel = kernel }
+    local fwd_ms = best_ms(name .. " " .. kernel .. " forward", function() raw_sdpa.sdpa_forward(q, k, v, o) end,
+      opts.reps)
+    local ms = best_ms(name .. " " .. kernel, function()
+      local out, saved = raw_sdpa.sdpa_forward(q, k, v, o)
+      raw_sdpa.sdpa_backward(out, q, k, v, out, saved, o)
+    end, opts.reps)
+    emit { case = name, kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = causal, ms = ms,
+           fwd_ms = fwd_ms, gflops = 14.0 * b * h * n * n * e / (ms * 1e6) }
+  end
+end
+
+local bwd_cases = {
+  { "A_bwd", 4, 12, 1024, 64, false }, { "A_causal_bwd", 4, 12, 1024, 64, true },
+  { "B_bwd", 1, 8, 4096, 64, false },
+}
+for _, c in ipairs(bwd_cases) do
+  if wanted(c[1]) then backward_case(c[1], c[2], c[3], c[4], c[5], c[6], { "math", "flash" }) end
+end
+
+if wanted("C_causal_bwd") then
+  if opts.child then
+    backward_case("C_causal_bwd", 1, 8, 16384, 64, true, { "flash" })
+  else
+    -- its own process, so that peak_rss_mb is this case's alone
+    local cmd = string.format("%s %s --cases C_causal_bwd --reps %d --child", launcher, script, opts.reps)
+    local p = io.popen(cmd)
+    io.write(p:read("a"))
+    p:close()
   end
 end
 

@@ -6,7 +6,10 @@
 Attention cases use torch.nn.functional._scaled_dot_product_attention (1.13's
 CPU math kernel) with is_causal; `mha` is nn.MultiheadAttention(768, 12) with a
 causal attn_mask, batch_first; `tiny` times the notebooks' CausalAttention and
-MultiHeadAttention classes (eager). Not part of the tests.
+MultiHeadAttention classes (eager). The `*_bwd` cases time the same SDPA call's
+forward and backward (dout = out, as bench.lua), `fwd_ms` its forward alone
+with recording on, gflops = 14*b*h*lq*lk*e / time (C_causal_bwd is left out,
+as C_causal: its [8, 16384, 16384] scores do not fit). Not part of the tests.
 
 Warm-up: as in a long-running process, each case first runs until its time is
 stable (the last 3 calls within 5% of each other; at most 30 calls or 60 s),
@@ -133,14 +136,15 @@ def notebook_causal_attention(torch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="all",
-                    help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, mha, tiny (default: all)")
+                    help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, A_bwd, A_causal_bwd, B_bwd, "
+                    "mha, tiny (default: all)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: OMP_NUM_THREADS, else every CPU, as bench.lua)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up; ms is the best")
     a = ap.parse_args()
     if a.reps < 1 or (a.threads is not None and a.threads < 1):
         ap.error("--reps and --threads expect positive integers")
-    known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "mha", "tiny"}
+    known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny"}
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want is not None and not want <= known:
         ap.error("unknown case(s) %s; known: %s" % (", ".join(sorted(want - known)), ", ".join(sorted(known))))
@@ -192,6 +196,23 @@ def main():
                         m(batch)
                 emit(dict(case="tiny", kernel=label, b=2, h=getattr(m, "num_heads", 1), lq=6, lk=6, e=2, causal=True),
                      best_ms(loop, a.reps), per_call=calls)
+    for name, b, h, n, e, causal in [("A_bwd", 4, 12, 1024, 64, False), ("A_causal_bwd", 4, 12, 1024, 64, True),
+                                      ("B_bwd", 1, 8, 4096, 64, False)]:
+        if not wanted(name):
+            continue
+        q, k, v = (torch.randn(b, h, n, e).requires_grad_() for _ in range(3))
+
+        def forward():
+            return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, causal)[0]
+
+        def forward_backward():
+            out = forward()
+            out.backward(out.detach())
+        fwd = best_ms(forward, a.reps)
+        timing = best_ms(forward_backward, a.reps)
+        emit(dict(case=name, kernel="torch_sdpa", b=b, h=h, lq=n, lk=n, e=e, causal=causal, fwd_ms=fwd["ms"],
+                  flops=14.0 * b * h * n * n * e), timing)
+        del q, k, v
 
 
 if __name__ == "__main__":

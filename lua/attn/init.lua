@@ -111,7 +111,7 @@ local autograd = require "attn.autograd"
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
-attn.scaled_dot_product_attention = require("attn.autograd.attention").scaled_dot_product_attention
+require("attn.sdpa_autograd").install(attn) -- the C backward of both kernels (src/core/sdpa_backward.c)
 attn.rope = require("attn.autograd.rope").rope
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad

@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "rng.h"
 #include "tensor.h"
 
 #define ATTN_TENSOR_NAME "attn.Tensor"
@@ -112,5 +113,15 @@ void attnL_open_cpu(lua_State *L);
 void attnL_open_modules(lua_State *L);
 /* attn.core.train: the raw training kernels (a table, not copied into attn). */
 void attnL_open_train(lua_State *L);
+/* attn.core.autograd: the raw SDPA forward and backward (src/binding/lua_sdpa_backward.c). */
+void attnL_open_sdpa_autograd(lua_State *L);
+/* A dropout draw handed to Lua for a backward: pushes the MKL stream's draw
+ * (an integer), or the value at holder (the default stream's keep flags,
+ * attnL_draw_dropout's holder; 0: none). */
+void attnL_push_dropout_draw(lua_State *L, attn_dropout_draw d, int holder);
+/* The draw at idx, as attnL_push_dropout_draw pushed it, for a call over
+ * numel elements (-1: more than int64 counts); raises "bad argument"/"bad
+ * option" naming `what` otherwise. The keep flags stay owned by the value at idx. */
+attn_dropout_draw attnL_check_dropout_draw(lua_State *L, int idx, int64_t numel, const char *fname, const char *what);
 
 #endif

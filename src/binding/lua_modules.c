@@ -11,6 +11,7 @@
 #include "attention.h"
 #include "attn_lua.h"
 #include "modules.h"
+#include "modules_backward.h"
 #include "rng.h"
 
 static const char *const FN = "attn.core.modules.attention_forward";
@@ -37,8 +38,14 @@ static attn_tensor corner(const attn_tensor *t, int64_t n) {
  *   w*, b*     the Linear weights [d_out, d_in] and biases (nil: none); wo, bo the out_proj
  *   mask       the module's `mask` buffer (nil: causal): as torch's modules, its [n, n]
  *              corner hides where nonzero; the causal triangle takes the causal path
- * -> [..., n, d_out], or nil when the call is not one for the fused path. */
-static int l_attention_forward(lua_State *L) {
+ * -> [..., n, d_out], or nil when the call is not one for the fused path.
+ * attention_forward(..., mask, true) also returns the call's dropout draw (0
+ * without dropout), which attention_backward takes. */
+
+/* The module of the arguments 1 to 16 into m (mask_corner holds the
+ * mask's [n, n] corner when m->mask points to it); 0 when the call is not
+ * one for the fused path. */
+static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_corner) {
   attn_tensor *x = attnL_test(L, 1);
   int isnum[5];
   lua_Integer d_in = lua_tointegerx(L, 2, &isnum[0]);
@@ -54,31 +61,38 @@ static int l_attention_forward(lua_State *L) {
   if (!(fabs((double)scale) <= (double)FLT_MAX) || heads < 1) return 0; /* NaN, or not finite in float32 */
 
   int ok = 1;
-  attn_self_attention m;
-  m.wq = opt_tensor(L, 8, &ok), m.bq = opt_tensor(L, 9, &ok);
-  m.wk = opt_tensor(L, 10, &ok), m.bk = opt_tensor(L, 11, &ok);
-  m.wv = opt_tensor(L, 12, &ok), m.bv = opt_tensor(L, 13, &ok);
-  m.wo = opt_tensor(L, 14, &ok), m.bo = opt_tensor(L, 15, &ok);
-  m.heads = (int64_t)heads;
-  m.scale = (float)scale;
-  m.dropout_p = (double)p;
-  m.dropout_draw = (attn_dropout_draw){0, NULL};
-  m.mask = NULL;
-  if (!ok || (!m.wo && m.bo) || attn_self_attention_check(&m, (int64_t)d_in) != ATTN_OK) return 0;
-  attn_tensor mask_corner;
+  m->wq = opt_tensor(L, 8, &ok), m->bq = opt_tensor(L, 9, &ok);
+  m->wk = opt_tensor(L, 10, &ok), m->bk = opt_tensor(L, 11, &ok);
+  m->wv = opt_tensor(L, 12, &ok), m->bv = opt_tensor(L, 13, &ok);
+  m->wo = opt_tensor(L, 14, &ok), m->bo = opt_tensor(L, 15, &ok);
+  m->heads = (int64_t)heads;
+  m->scale = (float)scale;
+  m->dropout_p = (double)p;
+  m->dropout_draw = (attn_dropout_draw){0, NULL};
+  m->mask = NULL;
+  if (!ok || (!m->wo && m->bo) || attn_self_attention_check(m, (int64_t)d_in) != ATTN_OK) return 0;
   const attn_tensor *mask = opt_tensor(L, 16, &ok);
   if (!ok) return 0;
   if (mask) { /* anything but a 2-D 0/1 buffer of >= n x n: the module path words the error */
     int64_t n = x->size[x->ndim - 2], at[ATTN_MAX_DIMS];
     float bad;
     if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
-    mask_corner = corner(mask, n);
-    if (attn_mask_find_non_binary(&mask_corner, at, &bad)) return 0;
-    if (!attn_mask_is_causal(mask, n)) m.mask = &mask_corner;
+    *mask_corner = corner(mask, n);
+    if (attn_mask_find_non_binary(mask_corner, at, &bad)) return 0;
+    if (!attn_mask_is_causal(mask, n)) m->mask = mask_corner;
   }
+  return 1;
+}
 
+/* attention_forward, as described above */
+static int l_attention_forward(lua_State *L) {
+  attn_self_attention m;
+  attn_tensor mask_corner;
+  if (!read_module(L, &m, &mask_corner)) return 0;
+  int return_draw = lua_toboolean(L, 17);
+  lua_Integer d_in = lua_tointeger(L, 2);
   /* x as [B, n, d_in] (contiguous), out as [B, n, d_out] in x's leading shape */
-  x = attnL_push_contiguous(L, 1, FN);
+  attn_tensor *x = attnL_push_contiguous(L, 1, FN);
   int nd = x->ndim;
   int64_t size[ATTN_MAX_DIMS];
   for (int d = 0; d < nd; d++) size[d] = x->size[d];
@@ -97,8 +111,71 @@ static int l_attention_forward(lua_State *L) {
     dropout_holder = 1;
   }
   if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
-  lua_pop(L, dropout_holder);
-  return 1;
+  if (!return_draw) {
+    lua_pop(L, dropout_holder);
+    return 1;
+  }
+  /* out, draw (for attention_backward): the MKL draw, or the holder of the keep flags */
+  attnL_push_dropout_draw(L, m.dropout_draw, dropout_holder ? lua_gettop(L) : 0);
+  if (dropout_holder) lua_remove(L, -2);
+  return 2;
+}
+
+static const char *const BWD = "attn.core.modules.attention_backward";
+
+/* attention_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask,
+ *                    dout, draw)
+ *   the arguments of an attention_forward call that ran (draw: the second result of
+ *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape
+ * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
+ *    parameter (nil for a parameter the module lacks). */
+static int l_attention_backward(lua_State *L) {
+  attn_self_attention m;
+  attn_tensor mask_corner;
+  attnL_check_nargs(L, 18, BWD);
+  if (!read_module(L, &m, &mask_corner))
+    attnL_error(L, BWD, "arguments 1 to 16 are not those of a call attention_forward runs");
+  attn_tensor *dout = attnL_check(L, 17, BWD, "dout");
+  attn_tensor *x = attnL_test(L, 1);
+  if (m.dropout_p > 0.0) { /* the forward's draw over the weights [B, heads, n, n] */
+    int64_t nbn = attn_sizes_product(x->ndim - 1, x->size), n_ = x->size[x->ndim - 2], numel;
+    if (__builtin_mul_overflow(nbn, m.heads * n_, &numel)) numel = -1;
+    m.dropout_draw = attnL_check_dropout_draw(L, 18, numel, BWD, "argument #18 'draw'");
+  }
+  char b1[200], b2[200];
+  int nd = x->ndim, shape_ok = dout->ndim == nd;
+  for (int d = 0; shape_ok && d < nd; d++) shape_ok = dout->size[d] == (d == nd - 1 ? m.wq->size[0] : x->size[d]);
+  if (!shape_ok) {
+    int64_t want[ATTN_MAX_DIMS];
+    for (int d = 0; d < nd; d++) want[d] = x->size[d];
+    want[nd - 1] = m.wq->size[0];
+    attnL_error(L, BWD, "bad argument #17 'dout' (expected the shape of out %s, got %s)",
+                attn_sizes_str(nd, want, b1, sizeof b1), attnL_shape(dout, b2, sizeof b2));
+  }
+  x = attnL_push_contiguous(L, 1, BWD);
+  dout = attnL_push_contiguous(L, 17, BWD);
+  int64_t nb = 1;
+  for (int d = 0; d < nd - 2; d++) nb *= x->size[d];
+  int64_t n = x->size[nd - 2], d_in = x->size[nd - 1], d_out = m.wq->size[0];
+  int64_t s3[3] = {nb, n, d_in}, o3[3] = {nb, n, d_out};
+  attn_tensor x3 = attn_make(x->data, 3, s3), dout3 = attn_make(dout->data, 3, o3);
+  attn_self_attention_grads g;
+  attn_tensor *dx = attnL_push_uninit(L, nd, x->size, BWD);
+  attn_tensor dx3 = attn_make(dx->data, 3, s3);
+  g.dx = &dx3;
+  /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
+  const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
+  attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};
+  for (int i = 0; i < 8; i++) {
+    if (params[i]) {
+      *slots[i] = attnL_push_uninit(L, params[i]->ndim, params[i]->size, BWD);
+    } else {
+      *slots[i] = NULL;
+      lua_pushnil(L);
+    }
+  }
+  if (attn_self_attention_backward(&m, &x3, &dout3, &g) != ATTN_OK) attnL_core_error(L, BWD);
+  return 9;
 }
 
 /* mask_kind(mask[, n]): how a mask applies. With n, mask is a module's 2-D
@@ -132,6 +209,7 @@ static int l_mask_kind(lua_State *L) {
 
 static const luaL_Reg funcs[] = {
     {"attention_forward", l_attention_forward},
+    {"attention_backward", l_attention_backward},
     {"mask_kind", l_mask_kind},
     {NULL, NULL},
 };

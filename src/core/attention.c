@@ -93,6 +93,16 @@ static void pack(const float *src, int64_t rows, int64_t cols, int64_t s0, int64
     for (int64_t d = 0; d < cols; d++) dst[j * d0 + d * d1] = src[j * s0 + d * s1];
 }
 
+/* probs row = the softmax row s before dropout; then s gets its dropout
+ * (factors of the call's positions position ..., f [Lk] scratch). */
+static void keep_probs(const attn_sdpa_problem *p, float *s, float *probs, int64_t position, int hidden, float *f) {
+  memcpy(probs, s, (size_t)p->lk * sizeof(float));
+  if (p->dropout_p > 0.0 && !hidden) {
+    attn_dropout_factors(p->dropout_draw, p->dropout_p, position, p->lk, f);
+    for (int64_t j = 0; j < p->lk; j++) s[j] *= f[j];
+  }
+}
+
 /* Work item `item` (slice bi = item / nblk, rows r0 .. r0 + R - 1) with the
  * calling thread's scratch block w. */
 static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
@@ -135,8 +145,11 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
       memset(s, 0, (size_t)(rows * lk) * sizeof(float));
     attn_sdpa_modify_tile(p, &sl, r0, rows, 0, lk, s, lk, 1);
     for (int64_t i = 0; i < rows; i++) {
-      hidden[i] = (unsigned char)attn_softmax_dropout_row(s + i * lk, lk, p->dropout_p, p->dropout_draw,
-                                                          (bi * lq + r0 + i) * lk, w + c->off_f, lse ? lse + i : NULL);
+      int64_t position = (bi * lq + r0 + i) * lk;
+      /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits) */
+      hidden[i] = (unsigned char)attn_softmax_dropout_row(s + i * lk, lk, p->probs ? 0.0 : p->dropout_p,
+                                                          p->dropout_draw, position, w + c->off_f, lse ? lse + i : NULL);
+      if (p->probs) keep_probs(p, s + i * lk, p->probs->data + position, position, hidden[i], w + c->off_f);
       any_hidden |= hidden[i];
     }
   } else if (lse) { /* no key: every row hidden */

@@ -33,6 +33,10 @@ typedef struct attn_flash_kernels {
    * Rows with nothing visible yet get p = 0, rescale = 0; a NaN score makes
    * its row NaN. */
   void (*softmax_step16)(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale);
+  /* x[j] = exp(x[j] - m) for j < n, with the set's exponential (the flash
+   * backward's probabilities from the log-sum-exp m, finite; x - m about <= 0,
+   * -inf gives 0). */
+  void (*exp_minus)(float *x, int64_t n, float m);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */

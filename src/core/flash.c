@@ -191,6 +191,7 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   memset(&c, 0, sizeof c);
   attn_status st = attn_sdpa_prepare(q, k, v, opts, out, NULL, &c.p);
   if (st != ATTN_OK) return st;
+  if (opts->probs) return attn_fail(ATTN_EARG, "kernel \"flash\" cannot return the softmax probabilities (probs)");
   c.kr = attn_cpu_kernels();
   c.out = out;
 

@@ -129,4 +129,16 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   _mm256_storeu_ps(m + 8, mnew1);
 }
 
-const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16};
+static void exp_minus(float *x, int64_t n, float m) {
+  __m256 mv = _mm256_set1_ps(m);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
+  if (j < n) { /* the tail through a padded copy (-inf pads give 0) */
+    float tail[8];
+    for (int i = 0; i < 8; i++) tail[i] = j + i < n ? x[j + i] : -INFINITY;
+    _mm256_storeu_ps(tail, exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), mv)));
+    for (int i = 0; j + i < n; i++) x[j + i] = tail[i];
+  }
+}
+
+const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16, exp_minus};

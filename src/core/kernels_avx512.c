@@ -133,4 +133,14 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   _mm512_storeu_ps(m, mnew);
 }
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16};
+static void exp_minus(float *x, int64_t n, float m) {
+  __m512 mv = _mm512_set1_ps(m);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv)));
+  if (j < n) { /* the tail through a mask */
+    __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(x + j, k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), mv)));
+  }
+}
+
+const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16, exp_minus};

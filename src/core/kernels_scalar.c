@@ -61,4 +61,8 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   }
 }
 
-const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16};
+static void exp_minus(float *x, int64_t n, float m) {
+  for (int64_t j = 0; j < n; j++) x[j] = expf(x[j] - m);
+}
+
+const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16, exp_minus};

@@ -229,6 +229,12 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
                        attn_sizes_str(ondim - 1, osize, b1, sizeof b1), attn_shape_str(opts->lse, b2, sizeof b2));
     p->lse = opts->lse;
   }
+  if (opts->probs) {
+    if (!check_out(opts->probs, p->nbatch, p->batch, p->lq, p->lk))
+      return attn_fail(ATTN_ESHAPE, "probs must be contiguous with the scores' shape, got %s",
+                       attn_shape_str(opts->probs, b2, sizeof b2));
+    p->probs = opts->probs;
+  }
   if (p->lq > INT_MAX || p->lk > INT_MAX || p->e > INT_MAX || p->ev > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes above %d are not supported by BLAS (Lq %lld, Lk %lld, E %lld, Ev %lld)", INT_MAX,
                      (long long)p->lq, (long long)p->lk, (long long)p->e, (long long)p->ev);
@@ -287,6 +293,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->window_left = p->window_right = -1;
   p->has_alibi = 0;
   p->softcap = 0.0f;
+  p->probs = NULL;
 }
 
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

@@ -47,6 +47,8 @@ typedef struct attn_sdpa_opts {
                                  -slope |i + d - j| to the scaled score */
   float softcap;              /* 0 = none, else > 0: s = softcap tanh(s / softcap) on the scaled score,
                                  before bias, ALiBi and masking */
+  attn_tensor *probs;         /* output, math kernel only: NULL, or contiguous [B..., Lq, Lk] that gets the
+                                 softmax before dropout (the P the backward needs; src/core/sdpa_backward.h) */
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
@@ -74,6 +76,7 @@ typedef struct attn_sdpa_problem {
   attn_tensor alibi;               /* when has_alibi: the slopes expanded to [B...] */
   int has_alibi;
   float softcap;
+  attn_tensor *probs;              /* NULL or [B..., Lq, Lk], contiguous (math kernel only) */
 } attn_sdpa_problem;
 
 /* Validate the operands (shapes, mask of 0 and 1 only, dropout_p, scale,

@@ -17,6 +17,7 @@ local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
 local fused_forward = require("attn.core").modules.attention_forward
+local fused_recorded = require("attn.sdpa_autograd").fused_attention
 
 local CausalAttention = Module:extend("CausalAttention")
 
@@ -48,10 +49,12 @@ function CausalAttention:forward(x, opts)
   end
   local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(dropout) == Dropout and not self:recording(x) then
+      and getmetatable(dropout) == Dropout then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
-      local y = fused_forward(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,
+      -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
+      local fused = self:recording(x) and fused_recorded or fused_forward
+      local y = fused(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,
         q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)
       if y then return y end
     end

@@ -17,6 +17,7 @@ local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
 local fused_forward = require("attn.core").modules.attention_forward
+local fused_recorded = require("attn.sdpa_autograd").fused_attention
 
 local MHA = Module:extend("MultiHeadAttention")
 
@@ -59,10 +60,12 @@ function MHA:forward(x, opts)
   end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and not self:recording(x) then
+      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
-      local y = fused_forward(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
+      -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
+      local fused = self:recording(x) and fused_recorded or fused_forward
+      local y = fused(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
         q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias, self.mask)
       if y then return y end
     end

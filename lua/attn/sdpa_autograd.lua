@@ -1,0 +1,123 @@
+--- The recorded attention calls: `attn.scaled_dot_product_attention` and the
+-- fused module forward, as `attn.autograd.Function`s over the C forward and
+-- backward of `attn.core.autograd` and `attn.core.modules`
+-- (src/core/sdpa_backward.c, src/core/modules_backward.c). Unrecorded calls
+-- (grad mode off, or no input that requires grad) run the plain C functions.
+-- @module attn.sdpa_autograd
+local core = require "attn.core"
+local autograd = require "attn.autograd"
+
+local raw_sdpa = core.scaled_dot_product_attention
+local sdpa_forward, sdpa_backward = core.autograd.sdpa_forward, core.autograd.sdpa_backward
+local fused_forward, fused_backward = core.modules.attention_forward, core.modules.attention_backward
+local Tensor_mt = core.Tensor_mt
+local SDPA = "attn.scaled_dot_product_attention"
+
+local M = {}
+local composed_sdpa = require("attn.autograd.attention").scaled_dot_product_attention
+
+local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+
+-- The recorded call with the bias as an input of its own (a tensor inside
+-- the options table would not be one): inner(q, k, v, bias or false, opts).
+local inner = autograd.Function{
+  -- torch 1.13's node of the same call: its last op is mm (2-D) or a view of bmm
+  name = function(q, k, v)
+    return (q:dim() == 2 and k:dim() == 2 and v:dim() == 2) and "MmBackward0" or "UnsafeViewBackward0"
+  end,
+  fname = SDPA,
+  raw = function(q, k, v, _, opts) return raw_sdpa(q, k, v, opts) end,
+  forward = function(ctx, q, k, v, _, opts)
+    local r = table.pack(sdpa_forward(q, k, v, opts, SDPA))
+    local out, saved, kernel, draw = r[1], r[2], r[3], r[4]
+    local o = type(opts) == "table" and opts or {}
+    -- what the backward needs; mask and bias are saved so that an in-place change is caught
+    ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias)
+    ctx.is_causal, ctx.scale, ctx.dropout_p = o.is_causal, o.scale, o.dropout_p
+    ctx.kernel, ctx.draw, ctx.need_weights = kernel, draw, o.need_weights
+    -- the public results: out[, weights][, lse]; the lse has no gradient
+    if o.return_lse then ctx:mark_non_differentiable(r[r.n]) end
+    return out, table.unpack(r, 5, r.n)
+  end,
+  backward = function(ctx, g_out, g_weights)
+    local q, k, v, out, saved, mask, bias = ctx:saved()
+    local need = ctx.needs_input_grad
+    local o = { mask = mask, bias = bias, is_causal = ctx.is_causal, scale = ctx.scale, dropout_p = ctx.dropout_p,
+                kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = need[4] == true,
+                dweights = ctx.need_weights and g_weights or nil }
+    local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
+    return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
+  end,
+}
+
+--- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
+-- and the bias (an option), both kernels, every option of the backward
+-- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
+-- weights output's own gradient).
+function M.scaled_dot_product_attention(...)
+  local n = select("#", ...)
+  local q, k, v, opts = ...
+  -- anything the recorded path would not take as given: the C function words the error
+  if n > 4 or (opts ~= nil and (type(opts) ~= "table" or is_tensor(opts))) then return raw_sdpa(...) end
+  -- the variants (GQA, window, ALiBi, softcap) have no C backward yet: recorded as the attention's
+  -- tensor ops (lua/attn/autograd/attention.lua), the same forward bits from the C kernel
+  if opts and (opts.enable_gqa ~= nil or opts.window ~= nil or opts.alibi_slopes ~= nil or opts.softcap ~= nil) then
+    return composed_sdpa(...)
+  end
+  local bias = opts and opts.bias
+  return inner(q, k, v, is_tensor(bias) and bias or false, opts)
+end
+
+-- ------------------------------------------------------------ fused modules
+
+-- attention_forward's 16 arguments: x, d_in, context_length, rank, heads,
+-- scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask. The tensor inputs are x and
+-- the parameters present, in that order.
+local PARAM_ARGS = { 8, 9, 10, 11, 12, 13, 14, 15 }
+
+--- The fused module forward that records (CausalAttention, MultiHeadAttention):
+-- the arguments of `attn.core.modules.attention_forward`; nil when the fused
+-- path does not take the call (the module then runs module by module).
+-- Its node is torch's: `ViewBackward0` with out_proj (a Linear), else
+-- `UnsafeViewBackward0` (batched) or `MmBackward0` (2-D x).
+M.fused_attention = autograd.Function{
+  name = function(x, ...)
+    if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
+    return is_tensor(x) and x:dim() == 2 and "MmBackward0" or "UnsafeViewBackward0"
+  end,
+  fname = "attention_forward",
+  raw = fused_forward,
+  forward = function(ctx, ...)
+    local a = table.pack(...)
+    a[17] = true -- and the dropout draw
+    local out, draw = fused_forward(table.unpack(a, 1, 17))
+    if out == nil then return nil end
+    a[17], a.n = nil, 16
+    ctx.args, ctx.draw = a, draw
+    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16])
+    return out
+  end,
+  backward = function(ctx, g)
+    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask = ctx:saved()
+    local a = ctx.args
+    local r = table.pack(fused_backward(x, a[2], a[3], a[4], a[5], a[6], a[7], wq, bq, wk, bk, wv, bv, wo, bo, mask,
+      g, ctx.draw))
+    -- one gradient per tensor input: x, then the parameters present (the mask has none)
+    local grads, need = { r[1] }, ctx.needs_input_grad
+    for i, arg in ipairs(PARAM_ARGS) do
+      if is_tensor(a[arg]) then grads[#grads + 1] = r[i + 1] end
+    end
+    for i = 1, #grads do
+      if not need[i] then grads[i] = nil end
+    end
+    return table.unpack(grads, 1, #grads)
+  end,
+}
+
+--- Put the recorded attention in the module table `attn`.
+-- @param attn the module table
+function M.install(attn)
+  attn.scaled_dot_product_attention = M.scaled_dot_product_attention
+end
+
+return M

@@ -1,0 +1,245 @@
+/* Backward of the fused self-attention module forward (see
+ * modules_backward.h). With rows = B n, D = d_out, h heads of hd = D / h:
+ *   QKV = x [Wq; Wk; Wv]^T + [bq, bk, bv]        [rows, 3D]   (recomputed)
+ *   O   = attention of the head views of Q, K, V [B, h, n, hd] keeping P
+ *         (math: the softmax; flash: the log-sum-exp), the forward's kernel
+ *         choice (attn_sdpa_choose_kernel) and dropout draw
+ *   C   = O as [rows, D] (heads side by side)
+ *   with out_proj: dWo = dout^T C [D, D], dbo = colsum dout, dC = dout Wo;
+ *   else dC = dout
+ *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views)
+ *   dW* = d*^T x [D, d_in], db* = colsum d*, dx = dQ Wq + dK Wk + dV Wv
+ * Products by attn_gemm (attn_matmul's fixed tiles; direct loops for tiny
+ * ones, src/core/small_gemm.h); column sums in row
+ * order on one thread: the bits do not depend on the thread count (a small
+ * call runs on one thread: the same bits, without waking a team). Scratch
+ * is malloc'ed and freed here. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "flash.h"
+#include "modules_backward.h"
+#include "rng.h"
+#include "ops.h"
+#include "sdpa_backward.h"
+#include "small_gemm.h"
+
+/* Multiply-adds of the forward up to which the backward runs on one thread. */
+#define SERIAL_MACS (1 << 20)
+
+/* A [B, h, n, hd] view of heads laid side by side in rows of ld floats. */
+static attn_tensor heads_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
+  attn_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.ndim = 4;
+  t.size[0] = nb, t.size[1] = h, t.size[2] = n, t.size[3] = hd;
+  t.stride[0] = n * ld, t.stride[1] = hd, t.stride[2] = ld, t.stride[3] = 1;
+  return t;
+}
+
+/* c [m, n] (row stride ldc) = op(a) op(b): direct loops for a tiny product,
+ * else attn_gemm's fixed tiles (the sizes choose) */
+static void product(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, float *c, int64_t ldc) {
+  if (m * n * k <= ATTN_SMALL_GEMM_MACS)
+    attn_small_gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  else
+    attn_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+/* How w [rows, cols] goes to attn_gemm as op(w) = w^T (for x w^T): trans flag and ld. */
+static void weight_layout(const attn_tensor *w, int *trans, int64_t *ld) {
+  *trans = w->stride[1] == 1;
+  *ld = *trans ? w->stride[0] : w->stride[1];
+  if (*ld < 1) *ld = 1;
+}
+
+/* y [rows, nout] (row stride ldy) = x [rows, nin] w^T + b */
+static void linear(const float *x, int64_t rows, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
+                   int64_t ldy, int64_t nout) {
+  int trans;
+  int64_t ldw;
+  weight_layout(w, &trans, &ldw);
+  product(0, trans, rows, nout, nin, x, nin, w->data, ldw, y, ldy);
+  if (b)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < nout; j++) y[r * ldy + j] += b->data[j * b->stride[0]];
+}
+
+/* dx [rows, nin] (+)= dy [rows, nout] (row stride ldy) w, through tmp when adding */
+static void linear_dx(const float *dy, int64_t ldy, int64_t rows, int64_t nout, const attn_tensor *w, float *dx,
+                      int64_t nin, int add, float *tmp) {
+  int trans;
+  int64_t ldw;
+  weight_layout(w, &trans, &ldw);
+  float *dst = add ? tmp : dx;
+  product(0, !trans, rows, nin, nout, dy, ldy, w->data, ldw, dst, nin);
+  if (add)
+    for (int64_t i = 0; i < rows * nin; i++) dx[i] += tmp[i];
+}
+
+/* db [n] = column sums of d [rows, n] (row stride ld), in row order */
+static void colsum(const float *d, int64_t rows, int64_t n, int64_t ld, float *db) {
+  memset(db, 0, (size_t)n * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < n; j++) db[j] += d[r * ld + j];
+}
+
+/* [B, h, n, hd] contiguous <-> [rows, ld] with the heads side by side */
+static void heads_to_rows(const float *src, int64_t nb, int64_t n, int64_t h, int64_t hd, float *dst, int64_t ld) {
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t hh = 0; hh < h; hh++)
+      for (int64_t i = 0; i < n; i++)
+        memcpy(dst + (b * n + i) * ld + hh * hd, src + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
+}
+
+/* The math kernel's forward for a tiny call as direct loops (src/core/attention.c
+ * makes 2 BLAS calls per slice): o [B..., n, hd] and probs [B..., n, n], the
+ * softmax before dropout, of problem p; w and f [n] are scratch. */
+static void attention_tiny(const attn_sdpa_problem *p, float *o, float *probs, float *qs, float *w, float *f) {
+  int64_t n = p->lq, lk = p->lk, hd = p->e, ev = p->ev, nb = attn_sizes_product(p->nbatch, p->batch);
+  int64_t sk = attn_sdpa_row_stride(p, &p->k), sv = attn_sdpa_row_stride(p, &p->v);
+  int64_t ck = attn_sdpa_col_stride(p, &p->k), cv = attn_sdpa_col_stride(p, &p->v);
+  for (int64_t bi = 0; bi < nb; bi++) {
+    attn_sdpa_slice sl;
+    attn_sdpa_slice_at(p, bi, &sl);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t position = (bi * n + i) * lk;
+      float *s = probs + position, *oi = o + (bi * n + i) * ev;
+      attn_sdpa_load_q(p, &sl, i, 1, qs, 0, 1);
+      for (int64_t j = 0; j < lk; j++) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d * ck];
+        s[j] = acc;
+      }
+      attn_sdpa_modify_tile(p, &sl, i, 1, 0, lk, s, 0, 1);
+      if (attn_softmax_dropout_row(s, lk, 0.0, (attn_dropout_draw){0, NULL}, position, f, NULL)) {
+        memset(oi, 0, (size_t)ev * sizeof(float));
+        continue;
+      }
+      memcpy(w, s, (size_t)lk * sizeof(float));
+      if (p->dropout_p > 0.0) {
+        attn_dropout_factors(p->dropout_draw, p->dropout_p, position, lk, f);
+        for (int64_t j = 0; j < lk; j++) w[j] *= f[j];
+      }
+      for (int64_t d = 0; d < ev; d++) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < lk; j++) acc += w[j] * sl.v[j * sv + d * cv];
+        oi[d] = acc;
+      }
+    }
+  }
+}
+
+static int grad_fits(const attn_tensor *g, const attn_tensor *param) {
+  if (!g) return 1;
+  if (!param || g->ndim != param->ndim || !attn_is_contiguous(g)) return 0;
+  for (int d = 0; d < g->ndim; d++)
+    if (g->size[d] != param->size[d]) return 0;
+  return 1;
+}
+
+attn_status attn_self_attention_backward(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                         const attn_self_attention_grads *g) {
+  char b1[200];
+  if (x->ndim != 3 || !attn_is_contiguous(x))
+    return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
+  attn_status st = attn_self_attention_check(m, d_in);
+  if (st != ATTN_OK) return st;
+  int64_t dd = m->wq->size[0], h = m->heads, hd = dd / h, rows = nb * n, w3 = 3 * dd;
+  if (dout->ndim != 3 || !attn_is_contiguous(dout) || dout->size[0] != nb || dout->size[1] != n || dout->size[2] != dd)
+    return attn_fail(ATTN_ESHAPE, "dout must be a contiguous [B, n, d_out] = [%lld, %lld, %lld] tensor, got %s",
+                     (long long)nb, (long long)n, (long long)dd, attn_shape_str(dout, b1, sizeof b1));
+  if (m->mask && (m->mask->ndim != 2 || m->mask->size[0] != n || m->mask->size[1] != n))
+    return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
+                     attn_shape_str(m->mask, b1, sizeof b1));
+  int fits = (!g->dx || (g->dx->ndim == 3 && attn_is_contiguous(g->dx) && g->dx->size[0] == nb &&
+                         g->dx->size[1] == n && g->dx->size[2] == d_in)) &&
+             grad_fits(g->dwq, m->wq) && grad_fits(g->dwk, m->wk) && grad_fits(g->dwv, m->wv) &&
+             grad_fits(g->dbq, m->bq) && grad_fits(g->dbk, m->bk) && grad_fits(g->dbv, m->bv) &&
+             grad_fits(g->dwo, m->wo) && grad_fits(g->dbo, m->bo);
+  if (!fits) return attn_fail(ATTN_ESHAPE, "each gradient must be contiguous with its parameter's (or x's) shape");
+  if (rows * w3 > INT64_MAX / 4 || rows > INT32_MAX || w3 > INT32_MAX)
+    return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
+
+  /* the attention kernel the forward used, and what its backward needs */
+  const char *why;
+  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, hd, hd, 0, &why);
+  size_t act = (size_t)(rows * dd), saved_n = kernel == ATTN_SDPA_MATH ? (size_t)(nb * h * n * n) : (size_t)(nb * h * n);
+  /* qkv [rows, 3D], o, c, dc [rows, D], dq/dk/dv [B, h, n, hd], dqkv [rows, 3D], saved,
+   * tmp [rows, d_in] (or hd + 2n for the tiny attention) */
+  size_t tmp_n = (size_t)(rows * d_in) > (size_t)(hd + 2 * n) ? (size_t)(rows * d_in) : (size_t)(hd + 2 * n);
+  size_t total = 3 * act + 3 * act + 3 * act + 3 * act + saved_n + tmp_n;
+  float *buf = malloc((total ? total : 1) * sizeof(float));
+  if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of module backward scratch", total * sizeof(float));
+  float *qkv = buf, *o = qkv + 3 * act, *c = o + act, *dc = c + act, *dqh = dc + act, *dkh = dqh + act,
+        *dvh = dkh + act, *dqkv = dvh + act, *saved = dqkv + 3 * act, *tmp = saved + saved_n;
+
+  /* a small call runs on the calling thread alone: waking an OpenMP team costs
+   * more than its work (milliseconds on a loaded machine, as the forward's tiny
+   * path found); every region below then gets one thread (attn_threads_for) */
+  double macs = (double)rows * ((double)d_in * 3.0 * (double)dd + 2.0 * (double)n * (double)dd +
+                                (m->wo ? (double)dd * (double)dd : 0.0));
+  int saved_threads = omp_get_max_threads();
+  if (macs <= SERIAL_MACS) omp_set_num_threads(1);
+
+  linear(x->data, rows, d_in, m->wq, m->bq, qkv, w3, dd);
+  linear(x->data, rows, d_in, m->wk, m->bk, qkv + dd, w3, dd);
+  linear(x->data, rows, d_in, m->wv, m->bv, qkv + 2 * dd, w3, dd);
+  attn_tensor q = heads_view(qkv, nb, n, h, hd, w3), k = heads_view(qkv + dd, nb, n, h, hd, w3),
+              v = heads_view(qkv + 2 * dd, nb, n, h, hd, w3);
+  int64_t hsize[4] = {nb, h, n, hd}, psize[4] = {nb, h, n, n};
+  attn_tensor ot = attn_make(o, 4, hsize), st_t = attn_make(saved, kernel == ATTN_SDPA_MATH ? 4 : 3, psize);
+  attn_sdpa_opts opts = attn_sdpa_defaults();
+  opts.scale = m->scale;
+  opts.is_causal = m->mask == NULL;
+  opts.mask = m->mask;
+  opts.dropout_p = m->dropout_p;
+  opts.dropout_draw = m->dropout_draw;
+  if (kernel == ATTN_SDPA_MATH && n * n * hd <= ATTN_SMALL_GEMM_MACS) {
+    attn_sdpa_problem p;
+    if ((st = attn_sdpa_describe(&q, &k, &v, &opts, &p)) != ATTN_OK) goto done;
+    attention_tiny(&p, o, saved, tmp, tmp + hd, tmp + hd + n);
+  } else if (kernel == ATTN_SDPA_MATH) {
+    opts.probs = &st_t;
+    st = attn_sdpa_math(&q, &k, &v, &opts, &ot, NULL);
+  } else {
+    opts.lse = &st_t;
+    st = attn_sdpa_flash(&q, &k, &v, &opts, &ot);
+  }
+  opts.probs = opts.lse = NULL;
+  if (st != ATTN_OK) goto done;
+
+  const float *dcp = dout->data; /* dC [rows, D] */
+  if (m->wo) {
+    heads_to_rows(o, nb, n, h, hd, c, dd);
+    if (g->dwo) product(1, 0, dd, dd, rows, dout->data, dd, c, dd, g->dwo->data, dd);
+    if (g->dbo) colsum(dout->data, rows, dd, dd, g->dbo->data);
+    linear_dx(dout->data, dd, rows, dd, m->wo, dc, dd, 0, NULL);
+    dcp = dc;
+  }
+  attn_tensor dct = heads_view((float *)dcp, nb, n, h, hd, dd);
+  attn_tensor dqt = attn_make(dqh, 4, hsize), dkt = attn_make(dkh, 4, hsize), dvt = attn_make(dvh, 4, hsize);
+  attn_sdpa_grads sg = {&dqt, &dkt, &dvt, NULL};
+  if ((st = attn_sdpa_backward(kernel, &q, &k, &v, &opts, &ot, &dct, &st_t, NULL, &sg)) != ATTN_OK) goto done;
+  heads_to_rows(dqh, nb, n, h, hd, dqkv, w3);
+  heads_to_rows(dkh, nb, n, h, hd, dqkv + dd, w3);
+  heads_to_rows(dvh, nb, n, h, hd, dqkv + 2 * dd, w3);
+
+  const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
+  attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
+  for (int i = 0; i < 3; i++) {
+    const float *di = dqkv + i * dd;
+    if (dws[i]) product(1, 0, dd, d_in, rows, di, w3, x->data, d_in, dws[i]->data, d_in);
+    if (dbs[i]) colsum(di, rows, dd, w3, dbs[i]->data);
+    if (g->dx) linear_dx(di, w3, rows, dd, ws[i], g->dx->data, d_in, i > 0, tmp);
+  }
+done:
+  omp_set_num_threads(saved_threads);
+  free(buf);
+  return st;
+}

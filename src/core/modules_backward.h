@@ -1,0 +1,29 @@
+/* The backward of the fused forward of attn.nn's CausalAttention and
+ * MultiHeadAttention (src/core/modules.h): every parameter's gradient and x's
+ * from the gradient of the output, in one C call. */
+#ifndef ATTN_MODULES_BACKWARD_H
+#define ATTN_MODULES_BACKWARD_H
+
+#include "modules.h"
+#include "tensor.h"
+
+/* Where the gradients go: contiguous tensors of the shapes of x ([B, n, d_in])
+ * and of the parameters (dwq, dwk, dwv [d_out, d_in]; dbq, dbk, dbv, dbo
+ * [d_out]; dwo [d_out, d_out]); NULL for one not wanted (or absent: a bias
+ * the module does not have, out_proj). Each given one is overwritten. */
+typedef struct attn_self_attention_grads {
+  attn_tensor *dx, *dwq, *dwk, *dwv, *dbq, *dbk, *dbv, *dwo, *dbo;
+} attn_self_attention_grads;
+
+/* The gradients of out = attn_self_attention_forward(m, x) given dout
+ * [B, n, d_out] (contiguous), for the same m (m->dropout_draw: the forward's
+ * draw, so the dropout mask is the forward's). The forward is recomputed
+ * (projections, attention keeping its probabilities or log-sum-exp); the
+ * attention part is attn_sdpa_backward (src/core/sdpa_backward.h), the
+ * products attn_gemm's fixed tiles: the bits do not depend on the thread
+ * count. Errors: ATTN_ESHAPE / ATTN_EARG (as the forward; a gradient of the
+ * wrong shape, or asked for a parameter the module lacks), ATTN_ENOMEM. */
+attn_status attn_self_attention_backward(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                         const attn_self_attention_grads *g);
+
+#endif

@@ -1,0 +1,495 @@
+/* The backward of scaled dot-product attention (src/core/sdpa_backward.h),
+ * one driver for both kernels over the attention core (src/core/sdpa.h:
+ * attn_sdpa_load_q, attn_sdpa_rows_keys, attn_sdpa_modify_tile), so every
+ * score modification the forward applies reaches the backward too. The two
+ * kernels differ only in where the probabilities P of a tile come from:
+ *  - math: read from the forward's saved softmax (opts.probs, before
+ *    dropout), one tile of BQ query rows by all the keys they see;
+ *  - flash: recomputed tile by tile (BQ rows x BK keys) from q, k and the
+ *    forward's log-sum-exp, P = exp(S - lse), FlashAttention-2's backward:
+ *    no [Lq, Lk] buffer, extra memory O((Lq + Lk) (E + Ev)) per thread.
+ *
+ * Per slice (one (batch, head) of the flattened batch B), with Qs = fl(q *
+ * scale) as the forward scaled it:
+ *   D = rowsum(dO * O) (+ rowsum(W * the weights' gradient))  [Lq]
+ *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
+ *     for each query block [i0, i0 + bq) that sees some of its keys (causal:
+ *     blocks wholly above the diagonal are skipped; a block is cut to the keys
+ *     its rows see, attn_sdpa_rows_keys):
+ *       S  = Qs_i K_j^T, bias, mask, visible keys      [bq, bk] (flash only)
+ *       P  = exp(S - lse) (0 where lse = -inf: no key seen), or saved probs
+ *       W  = P * F (F: the forward's dropout factors, regenerated from its
+ *            draw and the same positions; 1 without dropout)
+ *       dW = dO_i V_j^T (+ the weights output's gradient)  [bq, bk]
+ *       dV_j += W^T dO_i                               [bk, Ev]
+ *       dS = P * (dW * F - D)   (0 where P = 0)        [bq, bk] = dbias tile
+ *       dQ_i += scale dS K_j                           [bq, E]
+ *       dK_j += dS^T Qs_i                              [bk, E]
+ * D = rowsum(dO * O) is rowsum(P * dP) of the softmax backward: O = W V, so
+ * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
+ * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
+ * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
+ *
+ * Threads: a work item is one whole slice (its dQ, dK and dV are its own) in
+ * an OpenMP parallel for, BLAS single-threaded inside. Every gradient element
+ * sums its tiles' terms in a fixed order: dK and dV of a key block over the
+ * query blocks in increasing i0, dQ of a query block over the key blocks in
+ * increasing k0. With fewer slices than threads, the flash kernel splits the
+ * slices instead, without float atomics or a cross-thread reduction: pass 1
+ * items are (slice, key block), each owning its rows of dK, dV (and its
+ * columns of dbias), pass 2 items are (slice, query block), each owning its
+ * rows of dQ (S and dW are computed twice there: 7 products instead of 5).
+ * Both ways every element gets the same terms in the same order, so the bits
+ * do not depend on the thread count (spec/sdpa_backward_spec.lua compares 1
+ * and 2 threads, one slice included). A small call runs on the calling
+ * thread alone.
+ *
+ * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float64
+ * at most 4.8e-6 absolute (|gradients| up to about 10; within 1e-5 relative +
+ * 1e-5 absolute everywhere) for Lq, Lk up to 300, math and flash; flash and
+ * math agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's
+ * recomputed P differs from the forward's by the rounding of its own S and
+ * exp(S - lse) (a few ulp). */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "rng.h"
+#include "sdpa_backward.h"
+#include "small_gemm.h"
+#include "threads.h"
+
+#define BQ ATTN_SDPA_BWD_BQ
+#define BK ATTN_SDPA_BWD_BK
+/* Multiply-adds of one score product below which a call runs on one thread. */
+#define SERIAL_WORK (1 << 18)
+
+/* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
+ * when its columns are contiguous, else packed per slice. */
+typedef struct bwd_operand {
+  int pack;
+  int64_t ld; /* leading dimension in place (pack: cols) */
+} bwd_operand;
+
+static bwd_operand operand_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  bwd_operand o = {1, cols > 1 ? cols : 1};
+  int cols_ok = sc == 1 || cols <= 1;
+  int rows_ok = rows <= 1 || sr >= (cols > 1 ? cols : 1);
+  if (cols_ok && rows_ok) {
+    o.pack = 0;
+    o.ld = rows <= 1 ? (cols > 1 ? cols : 1) : sr;
+    if (o.ld > INT_MAX) o.pack = 1, o.ld = cols > 1 ? cols : 1;
+  }
+  return o;
+}
+
+typedef struct bwd_ctx {
+  attn_sdpa_problem p;
+  attn_sdpa_kernel kernel;
+  const attn_flash_kernels *kr; /* the instruction set's exponential (src/core/cpu.h) */
+  const attn_tensor *out, *dout, *saved;
+  const attn_tensor *dweights; /* NULL, or the gradient of the weights output (math) */
+  attn_sdpa_grads g;
+  bwd_operand k, v, dout_l;
+  int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
+  int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
+  /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
+   * d [Lq], s, dw, w [BQ, bk], f [bk] */
+  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f;
+} bwd_ctx;
+
+/* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
+static int64_t batch_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
+  int64_t off = 0;
+  for (int d = p->nbatch - 1; d >= 0; d--) {
+    off += (bi % p->batch[d]) * t->stride[d];
+    bi /= p->batch[d];
+  }
+  return off;
+}
+
+/* src [rows, cols] strided -> dst row-major (ld = cols). */
+static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float *dst) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = src[r * sr + c * sc];
+}
+
+static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t kk, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m * n * kk <= ATTN_SMALL_GEMM_MACS) {
+    attn_small_gemm(ta == CblasTrans, tb == CblasTrans, m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)kk, alpha, a, (blasint)lda, b, (blasint)ldb,
+              beta, c, (blasint)ldc);
+}
+
+/* What the tiles of slice bi read and write, in the calling thread's
+ * scratch block: qs, dO and D hold the rows a work item needs, K and V the
+ * keys (row i of qs at qs + i E, wherever it was filled). */
+typedef struct bwd_slice {
+  attn_sdpa_slice sl;
+  int64_t bi;
+  const float *qs, *kp, *vp, *dop, *dd, *lse, *probs;
+  const float *dwt; /* NULL, or the gradient of the weights [Lq, Lk] (strides sdw0, sdw1) */
+  int64_t sdw0, sdw1;
+  int64_t ldk, ldv, lddo;
+  float *dq, *dk, *dv, *dbias; /* this slice's gradients */
+  float *s, *dw, *wd, *f;      /* tiles: S/P, dW/dS, W [BQ, bk]; f [bk] */
+} bwd_slice;
+
+/* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
+static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                          bwd_slice *t) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  int nb = p->nbatch;
+  t->bi = bi;
+  attn_sdpa_slice_at(p, bi, &t->sl);
+  t->dq = c->g.dq->data + bi * lq * e;
+  t->dk = c->g.dk->data + bi * lk * e;
+  t->dv = c->g.dv->data + bi * lk * ev;
+  t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
+  /* qs [Lq, E] = fl(q * scale), as the forward */
+  float *qs = w;
+  attn_sdpa_load_q(p, &t->sl, r0, r1 - r0, qs + r0 * e, e, 1);
+  t->qs = qs;
+  /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
+  t->kp = t->sl.k, t->vp = t->sl.v;
+  t->ldk = c->k.ld, t->ldv = c->v.ld, t->lddo = c->dout_l.ld;
+  if (c->k.pack) {
+    int64_t sr = attn_sdpa_row_stride(p, &p->k);
+    pack_rows(t->sl.k + c0 * sr, c1 - c0, e, sr, attn_sdpa_col_stride(p, &p->k), w + c->off_kp + c0 * e);
+    t->kp = w + c->off_kp;
+  }
+  if (c->v.pack) {
+    int64_t sr = attn_sdpa_row_stride(p, &p->v);
+    pack_rows(t->sl.v + c0 * sr, c1 - c0, ev, sr, attn_sdpa_col_stride(p, &p->v), w + c->off_vp + c0 * ev);
+    t->vp = w + c->off_vp;
+  }
+  const attn_tensor *dout = c->dout, *out = c->out;
+  const float *dop = dout->data + batch_offset(p, dout, bi);
+  if (c->dout_l.pack) {
+    pack_rows(dop + r0 * dout->stride[nb], r1 - r0, ev, dout->stride[nb], dout->stride[nb + 1],
+              w + c->off_dop + r0 * ev);
+    dop = w + c->off_dop;
+  }
+  t->dop = dop;
+  /* D [Lq] = rowsum(dO * O), summed in double */
+  float *dd = w + c->off_d;
+  const float *o = out->data + batch_offset(p, out, bi);
+  for (int64_t i = r0; i < r1; i++) {
+    double acc = 0.0;
+    for (int64_t d = 0; d < ev; d++)
+      acc += (double)dop[i * t->lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
+    dd[i] = (float)acc;
+  }
+  t->dwt = NULL;
+  if (c->dweights) { /* D += rowsum(W * dWeights): the weights output's own gradient */
+    const attn_tensor *g = c->dweights;
+    t->dwt = g->data + batch_offset(p, g, bi);
+    t->sdw0 = g->stride[nb], t->sdw1 = g->stride[nb + 1];
+    const float *probs = c->saved->data + bi * lq * lk;
+    float *f = w + c->off_f;
+    for (int64_t i = r0; i < r1; i++) {
+      if (p->dropout_p > 0.0) attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i) * lk, lk, f);
+      double acc = 0.0;
+      for (int64_t j = 0; j < lk; j++)
+        acc += (double)probs[i * lk + j] * (p->dropout_p > 0.0 ? (double)f[j] : 1.0) *
+               (double)t->dwt[i * t->sdw0 + j * t->sdw1];
+      dd[i] = (float)((double)dd[i] + acc);
+    }
+  }
+  t->dd = dd;
+  t->lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
+  t->probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
+  t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
+}
+
+enum { TILE_DQ = 1, TILE_DKV = 2 }; /* what a tile adds to: dQ, and/or dK, dV and dbias */
+
+/* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
+ * the keys its rows see (none: nothing to do). */
+static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
+  attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
+  int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
+  if (ke <= kb) return;
+  int64_t kn = ke - kb, ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
+  float *s = t->s, *dw = t->dw;
+  /* P [rows, kn] at pt (row stride ldp) */
+  const float *pt;
+  int64_t ldp;
+  if (t->probs) {
+    pt = t->probs + i0 * lk + kb;
+    ldp = lk;
+  } else {
+    /* S = Qs_i K^T, modified as in the forward, then P = exp(S - lse) */
+    if (e > 0)
+      sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * ldk, ldk, 0.0f, s, kn);
+    else
+      memset(s, 0, (size_t)(rows * kn) * sizeof(float));
+    attn_sdpa_modify_tile(p, &t->sl, i0, rows, kb, kn, s, kn, 1);
+    for (int64_t r = 0; r < rows; r++) {
+      float l = t->lse[i0 + r], *sr = s + r * kn;
+      if (l == -INFINITY)
+        memset(sr, 0, (size_t)kn * sizeof(float));
+      else
+        c->kr->exp_minus(sr, kn, l);
+    }
+    pt = s;
+    ldp = kn;
+  }
+  /* dW = dO_i V^T [rows, kn] */
+  if (ev > 0)
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, kn);
+  else
+    memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
+  /* dW += the weights output's gradient */
+  if (t->dwt)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *gr = t->dwt + (i0 + r) * t->sdw0 + kb * t->sdw1;
+      for (int64_t j = 0; j < kn; j++) dw[r * kn + j] += gr[j * t->sdw1];
+    }
+  /* W = P * F (the forward's weights after dropout) and dW * F */
+  const float *wt = pt;
+  int64_t ldw = ldp;
+  if (p->dropout_p > 0.0) {
+    for (int64_t r = 0; r < rows; r++) {
+      attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->bi * lq + i0 + r) * lk + kb, kn, t->f);
+      for (int64_t j = 0; j < kn; j++) {
+        t->wd[r * kn + j] = pt[r * ldp + j] * t->f[j];
+        dw[r * kn + j] *= t->f[j];
+      }
+    }
+    wt = t->wd;
+    ldw = kn;
+  }
+  /* dV_j += W^T dO_i [kn, Ev] */
+  if ((what & TILE_DKV) && ev > 0)
+    sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * lddo, lddo, 1.0f, t->dv + kb * ev, ev);
+  /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
+  for (int64_t r = 0; r < rows; r++) {
+    float di = t->dd[i0 + r];
+    const float *pr = pt + r * ldp;
+    float *dr = dw + r * kn;
+    for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
+    if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
+  }
+  if (e > 0) {
+    /* dQ_i += scale dS K_j [rows, E]; dK_j += dS^T Qs_i [kn, E] */
+    if (what & TILE_DQ)
+      sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, kn, t->kp + kb * ldk, ldk, 1.0f, t->dq + i0 * e, e);
+    if (what & TILE_DKV)
+      sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
+  }
+}
+
+/* Work item `item` with the calling thread's scratch block w. By slice: the
+ * item is slice bi, every tile (key blocks in increasing k0, query blocks in
+ * increasing i0 inside each). Two passes: pass 1 (items of dK, dV and dbias)
+ * is (slice, key block) over its query blocks in increasing i0, pass 2 (items
+ * of dQ) is (slice, query block) over the key blocks in increasing k0: each
+ * gradient element gets the same tiles' terms in the same order either way,
+ * so both give the same bits. */
+static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  bwd_slice t;
+  if (pass == 0) { /* the whole slice */
+    int64_t bi = item;
+    memset(c->g.dq->data + bi * lq * e, 0, (size_t)(lq * e) * sizeof(float));
+    memset(c->g.dk->data + bi * lk * e, 0, (size_t)(lk * e) * sizeof(float));
+    memset(c->g.dv->data + bi * lk * ev, 0, (size_t)(lk * ev) * sizeof(float));
+    if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
+    if (lq == 0 || lk == 0) return;
+    prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
+    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+      int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+      for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+    }
+  } else if (pass == 1) { /* slice bi, keys [k0, k1): dK, dV and dbias */
+    int64_t bi = item / c->nkblk, k0 = item % c->nkblk * c->bk, k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+    memset(c->g.dk->data + (bi * lk + k0) * e, 0, (size_t)((k1 - k0) * e) * sizeof(float));
+    memset(c->g.dv->data + (bi * lk + k0) * ev, 0, (size_t)((k1 - k0) * ev) * sizeof(float));
+    if (c->g.dbias)
+      for (int64_t i = 0; i < lq; i++)
+        memset(c->g.dbias->data + (bi * lq + i) * lk + k0, 0, (size_t)(k1 - k0) * sizeof(float));
+    prepare_slice(c, bi, w, 0, lq, k0, k1, &t);
+    for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DKV);
+  } else { /* slice bi, query rows [i0, i0 + BQ): dQ */
+    int64_t bi = item / c->nqblk, i0 = item % c->nqblk * BQ, i1 = lq - i0 < BQ ? lq : i0 + BQ;
+    memset(c->g.dq->data + (bi * lq + i0) * e, 0, (size_t)((i1 - i0) * e) * sizeof(float));
+    prepare_slice(c, bi, w, i0, i1, 0, lk, &t);
+    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) run_tile(c, &t, i0, k0, lk - k0 < c->bk ? lk : k0 + c->bk, TILE_DQ);
+  }
+}
+
+/* t is contiguous with exactly the sizes (nb batch dims, then rows, cols). */
+static int has_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols, int contiguous) {
+  if (t->ndim != p->nbatch + 2 || (contiguous && !attn_is_contiguous(t))) return 0;
+  for (int d = 0; d < p->nbatch; d++)
+    if (t->size[d] != p->batch[d]) return 0;
+  return t->size[p->nbatch] == rows && t->size[p->nbatch + 1] == cols;
+}
+
+static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols,
+                               int contiguous, const char *what) {
+  if (has_shape(t, p, rows, cols, contiguous)) return ATTN_OK;
+  int64_t want[ATTN_MAX_DIMS];
+  memcpy(want, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  want[p->nbatch] = rows;
+  want[p->nbatch + 1] = cols;
+  char b1[200], b2[200];
+  return attn_fail(ATTN_ESHAPE, "%s must be %s%s, got %s", what, contiguous ? "contiguous " : "",
+                   attn_sizes_str(p->nbatch + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
+}
+
+attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
+                               const attn_tensor *v, const attn_sdpa_opts *opts, const attn_tensor *out,
+                               const attn_tensor *dout, const attn_tensor *saved, const attn_tensor *dweights,
+                               const attn_sdpa_grads *grads) {
+  if (kernel != ATTN_SDPA_MATH && kernel != ATTN_SDPA_FLASH)
+    return attn_fail(ATTN_EARG, "the backward needs the kernel the forward ran (math or flash)");
+  if (opts->lse || opts->probs) return attn_fail(ATTN_EARG, "the backward's options must not ask for lse or probs");
+  bwd_ctx c;
+  memset(&c, 0, sizeof c);
+  attn_status st = attn_sdpa_describe(q, k, v, opts, &c.p);
+  if (st != ATTN_OK) return st;
+  const attn_sdpa_problem *p = &c.p;
+  char b1[200], b2[200];
+  if ((st = check_shape(out, p, p->lq, p->ev, 0, "out")) != ATTN_OK) return st;
+  if ((st = check_shape(dout, p, p->lq, p->ev, 0, "dout")) != ATTN_OK) return st;
+  if (kernel == ATTN_SDPA_MATH) {
+    if ((st = check_shape(saved, p, p->lq, p->lk, 1, "the saved probs")) != ATTN_OK) return st;
+  } else {
+    int ok = saved->ndim == p->nbatch + 1 && attn_is_contiguous(saved) && saved->size[p->nbatch] == p->lq;
+    for (int d = 0; ok && d < p->nbatch; d++) ok = saved->size[d] == p->batch[d];
+    if (!ok) {
+      int64_t want[ATTN_MAX_DIMS];
+      memcpy(want, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+      want[p->nbatch] = p->lq;
+      return attn_fail(ATTN_ESHAPE, "the saved lse must be contiguous %s, got %s",
+                       attn_sizes_str(p->nbatch + 1, want, b1, sizeof b1), attn_shape_str(saved, b2, sizeof b2));
+    }
+  }
+  if (dweights) {
+    if (kernel != ATTN_SDPA_MATH) return attn_fail(ATTN_EARG, "dweights needs the math kernel (the weights are its)");
+    if ((st = check_shape(dweights, p, p->lq, p->lk, 0, "dweights")) != ATTN_OK) return st;
+  }
+  if ((st = check_shape(grads->dq, p, p->lq, p->e, 1, "dq")) != ATTN_OK) return st;
+  if ((st = check_shape(grads->dk, p, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
+  if ((st = check_shape(grads->dv, p, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
+  if (grads->dbias) {
+    if (!p->has_bias) return attn_fail(ATTN_EARG, "dbias given for a call without bias");
+    if ((st = check_shape(grads->dbias, p, p->lq, p->lk, 1, "dbias")) != ATTN_OK) return st;
+  }
+  c.kernel = kernel;
+  c.kr = attn_cpu_kernels();
+  c.out = out;
+  c.dout = dout;
+  c.saved = saved;
+  c.dweights = dweights;
+  c.g = *grads;
+  int64_t nb = attn_sizes_product(p->nbatch, p->batch);
+  if (nb == 0) return ATTN_OK;
+
+  int nbd = p->nbatch;
+  c.k = operand_layout(p->lk, p->e, p->k.stride[nbd], p->k.stride[nbd + 1]);
+  c.v = operand_layout(p->lk, p->ev, p->v.stride[nbd], p->v.stride[nbd + 1]);
+  c.dout_l = operand_layout(p->lq, p->ev, dout->stride[nbd], dout->stride[nbd + 1]);
+  c.bk = kernel == ATTN_SDPA_FLASH ? BK : (p->lk > 0 ? p->lk : 1);
+  int64_t bq = p->lq < BQ ? p->lq : BQ;
+
+  size_t block = 0;
+  int ok = attn_sdpa_add_floats(&block, p->lq, p->e);
+  c.off_kp = block;
+  if (c.k.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->e);
+  c.off_vp = block;
+  if (c.v.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->ev);
+  c.off_dop = block;
+  if (c.dout_l.pack) ok = ok && attn_sdpa_add_floats(&block, p->lq, p->ev);
+  c.off_d = block;
+  ok = ok && attn_sdpa_add_floats(&block, p->lq, 1);
+  c.off_s = block;
+  if (kernel == ATTN_SDPA_FLASH) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_dw = block;
+  ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_w = block;
+  if (p->dropout_p > 0.0) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_f = block;
+  ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
+  /* fewer slices than threads (flash, with keys and queries to split): two
+   * passes over (slice, block) items instead of one over slices, the same bits;
+   * a small call runs on the calling thread (waking a team costs more than its work) */
+  c.nkblk = (p->lk + c.bk - 1) / c.bk;
+  c.nqblk = (p->lq + BQ - 1) / BQ;
+  int64_t maxblk = c.nkblk > c.nqblk ? c.nkblk : c.nqblk;
+  int small = (double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK;
+  int two_pass = kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && nb < attn_threads_for(nb * maxblk);
+  attn_sdpa_work work;
+  if ((st = attn_sdpa_plan_work(p, two_pass ? maxblk : 1, block, ok, &work)) != ATTN_OK) return st;
+  if (small) work.nthreads = 1;
+  int64_t pass_items[2] = {two_pass ? nb * c.nkblk : nb, two_pass ? nb * c.nqblk : 0};
+  /* items handed out dynamically (the team may be shared): each computed whole by one thread */
+#pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
+  {
+    omp_set_num_threads(1); /* BLAS single-threaded in here (the region's own ICV) */
+    float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
+    for (int pass = 0; pass < 2; pass++) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t it = 0; it < pass_items[pass]; it++) run_item(&c, it, two_pass ? pass + 1 : 0, w);
+    }
+  }
+  free(work.scratch);
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_sum_to(const attn_tensor *full, attn_tensor *dst) {
+  char b1[200], b2[200];
+  int nf = full->ndim, nd = dst->ndim;
+  int ok = nd <= nf && attn_is_contiguous(full) && attn_is_contiguous(dst);
+  /* dst's stride along each dim of full: 0 where dst is broadcast */
+  int64_t sd[ATTN_MAX_DIMS];
+  for (int d = 0; ok && d < nf; d++) {
+    int dd = d - (nf - nd);
+    if (dd < 0) {
+      sd[d] = 0;
+    } else if (dst->size[dd] == full->size[d]) {
+      sd[d] = full->size[d] == 1 ? 0 : dst->stride[dd];
+    } else if (dst->size[dd] == 1) {
+      sd[d] = 0;
+    } else {
+      ok = 0;
+    }
+  }
+  if (!ok)
+    return attn_fail(ATTN_ESHAPE, "cannot sum %s to %s (contiguous, broadcastable)", attn_shape_str(full, b1, sizeof b1),
+                     attn_shape_str(dst, b2, sizeof b2));
+  int64_t n = attn_numel(dst);
+  memset(dst->data, 0, (size_t)n * sizeof(float));
+  if (attn_numel(full) == 0) return ATTN_OK;
+  int64_t idx[ATTN_MAX_DIMS] = {0};
+  const float *src = full->data;
+  int64_t inner = nf > 0 ? full->size[nf - 1] : 1, sin = nf > 0 ? sd[nf - 1] : 0, off = 0;
+  for (;;) {
+    float *row = dst->data + off;
+    for (int64_t j = 0; j < inner; j++) row[j * sin] += src[j];
+    src += inner;
+    int d = nf - 2;
+    for (; d >= 0; d--) {
+      off += sd[d];
+      if (++idx[d] < full->size[d]) break;
+      off -= sd[d] * full->size[d];
+      idx[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return ATTN_OK;
+}
