@@ -116,7 +116,8 @@ attn.format = format.format
 -- As in PyTorch, leaving `sci_mode` out sets it back to automatic.
 -- @param opts table
 attn.set_printoptions = format.set_printoptions
---- A copy of the current print options (the fields `set_printoptions` takes).
+--- A copy of the current print options (the fields `set_printoptions` takes),
+-- a plain table that prints readably: `{precision = 4, threshold = 1000, ...}`.
 -- @return table
 attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t)

@@ -39,7 +39,7 @@ local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
 
 local NAME = "MultiheadAttention"
-local MHA = Module:extend(NAME)
+local MultiheadAttention = Module:extend(NAME)
 
 -- torch's out_proj class: a Linear under the name torch prints
 local NonDynamicallyQuantizableLinear = Linear:extend("NonDynamicallyQuantizableLinear")
@@ -79,7 +79,7 @@ local function xavier_normal_(t, fan_in, fan_out)
   return t:normal_(0, math.sqrt(2.0 / (fan_in + fan_out)))
 end
 
-function MHA:init(embed_dim, num_heads, opts)
+function MultiheadAttention:init(embed_dim, num_heads, opts)
   local E = checks.positive_integer(NAME, embed_dim, 1, "embed_dim")
   local H = checks.positive_integer(NAME, num_heads, 2, "num_heads")
   opts = checks.options(NAME, opts, 3, { dropout = "number", bias = "boolean", add_bias_kv = "boolean",
@@ -208,7 +208,7 @@ end
 -- key with add_bias_kv and one more with add_zero_attn in the weights.
 -- Runs through attn.scaled_dot_product_attention (the fused kernel when
 -- need_weights is false).
-function MHA:forward(query, key, value, opts)
+function MultiheadAttention:forward(query, key, value, opts)
   opts = forward_options(opts)
   for i, a in ipairs { { query, "query" }, { key, "key" }, { value, "value" } } do
     if not attn.is_tensor(a[1]) then
@@ -363,4 +363,4 @@ function MHA:forward(query, key, value, opts)
   return out, weights
 end
 
-return MHA
+return MultiheadAttention
