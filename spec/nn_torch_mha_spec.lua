@@ -157,6 +157,32 @@ describe("attn.nn.MultiheadAttention: attn's choices", function()
   end)
 end)
 
+describe("attn.nn.MultiheadAttention: the same bits for 1 and 2 threads", function()
+  it("training with dropout, masks, add_bias_kv, weights per head, across the flash tiles", function()
+    -- the child prints the float32 bits of out and weights as hex, then END
+    local script = table.concat({
+      "local attn = require(\"attn\")",
+      "attn.manual_seed(9)",
+      "local m = attn.nn.MultiheadAttention(16, 4, {dropout = 0.2, add_bias_kv = true, batch_first = true})",
+      "local x = attn.rand(2, 70, 16)",
+      "local kv = attn.rand(2, 300, 16)",
+      "local kpm = attn.rand(2, 300):gt(0.7)",
+      "local o1, w = m(x, kv, kv, {key_padding_mask = kpm, average_attn_weights = false})",
+      "local o2 = m(x, x, x, {is_causal = true, need_weights = false})",
+      "local parts = {}",
+      "for _, t in ipairs({o1, w, o2}) do",
+      "  for _, v in ipairs(t:reshape(-1):totable()) do parts[#parts + 1] = string.format(\"%08x\", string.unpack(\"<I4\", string.pack(\"<f\", v))) end",
+      "end",
+      "print(table.concat(parts))",
+      "print(\"END\")",
+    }, "\n")
+    local one = C.run_with_threads(1, script)
+    local two = C.run_with_threads(2, script)
+    assert.is_true(#one > 1000)
+    assert.is_true(one == two, "the bits differ between 1 and 2 threads")
+  end)
+end)
+
 describe("attn.nn.MultiheadAttention: bad input", function()
   local CTOR = "attn.nn.MultiheadAttention"
   local FWD = "MultiheadAttention:forward"
