@@ -38,7 +38,8 @@ local function inputs(c)
 end
 
 local function forward_opts(c)
-  local o = { need_weights = c.fwd.need_weights, average_attn_weights = c.fwd.average_attn_weights }
+  local fwd = c.fwd or {}
+  local o = { need_weights = fwd.need_weights, average_attn_weights = fwd.average_attn_weights }
   if c.is_causal then o.is_causal = true end
   if c.attn_mask then
     o.attn_mask = C.T(c.attn_mask.t)
