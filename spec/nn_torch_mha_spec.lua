@@ -6,7 +6,8 @@
 -- weights agree within 2e-6 + 1e-5 relative for every layout, projection path, mask kind,
 -- add_bias_kv / add_zero_attn and dropout (the forward consumes torch's random
 -- numbers); names, state_dict keys and repr are torch's; a torch state dict
--- loads unchanged. Then attn's own choices (zeros for a fully hidden row,
+-- loads unchanged; the forward records, and the gradients of parameters and
+-- inputs are torch autograd's (dropout included). Then attn's own choices (zeros for a fully hidden row,
 -- float masks added, is_causal) and bad input.
 local attn = require "attn"
 local nn = attn.nn
@@ -100,13 +101,40 @@ describe("attn.nn.MultiheadAttention against PyTorch 1.13", function()
   end)
 end)
 
+describe("attn.nn.MultiheadAttention: gradients against torch autograd", function()
+  for _, c in ipairs(F.grads) do
+    it(c.name .. " (seed " .. c.seed .. ")", function()
+      attn.manual_seed(c.seed)
+      local m = build(c)
+      if not c.train then m:eval() end
+      local q = attn.rand(c.shapes[1]):requires_grad_()
+      local k, v
+      if c.same == "qkv" then k, v = q, q
+      elseif c.same == "kv" then k = attn.rand(c.shapes[2]):requires_grad_(); v = k
+      else k, v = attn.rand(c.shapes[2]):requires_grad_(), attn.rand(c.shapes[3]):requires_grad_() end
+      local out = m(q, k, v, forward_opts(c))
+      C.close(out, c.out, RTOL, ATOL, "output")
+      assert.is_false(out.is_leaf)
+      assert.are.equal(c.grad_fn, out.grad_fn:name())
+      out:backward(C.T(c.grad_out))
+      for i, np in ipairs(m:named_parameters()) do
+        assert.are.equal(c.param_names[i], np[1])
+        C.close(np[2].grad, c.param_grads[i], 1e-4, 1e-5, "grad of " .. np[1])
+      end
+      C.close(q.grad, c.q_grad, 1e-4, 1e-5, "grad of query")
+      if c.k_grad then C.close(k.grad, c.k_grad, 1e-4, 1e-5, "grad of key") end
+      if c.v_grad then C.close(v.grad, c.v_grad, 1e-4, 1e-5, "grad of value") end
+    end)
+  end
+end)
+
 describe("attn.nn.MultiheadAttention: attn's choices", function()
   local E, H = 8, 2
 
   it("a query row whose keys are all hidden gives zero weights and out_proj's bias (torch: NaN)", function()
     attn.manual_seed(3)
     local m = nn.MultiheadAttention(E, H, { batch_first = true }):eval()
-    m.out_proj.bias:copy_(attn.arange(1, E + 1))
+    attn.no_grad(function() m.out_proj.bias:copy_(attn.arange(1, E + 1)) end)
     local x = attn.rand(2, 4, E)
     local mask = attn.zeros(4, 4)
     mask[2]:fill_(1)

@@ -28,6 +28,10 @@
 -- allowed), as torch's logical_or does; two float masks are added (torch 1.13
 -- raises there, later versions add).
 --
+-- The forward is built from recorded ops (F.linear, views, cat,
+-- scaled_dot_product_attention), so it records for autograd: the gradients of
+-- the parameters and inputs are torch's (spec/nn_torch_mha_spec.lua).
+--
 -- Differences from torch: a query row whose keys are all hidden gives zeros
 -- (torch: NaN); `is_causal = true` without attn_mask hides key j > i for
 -- query i (torch 1.13 has no is_causal; 2.x requires attn_mask with it);
@@ -37,6 +41,7 @@ local attn = require "attn"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
+local linear = require("attn.autograd.attention").linear -- x [..., in] W^T + b, recorded as torch's F.linear
 
 local NAME = "MultiheadAttention"
 local MultiheadAttention = Module:extend(NAME)
@@ -189,12 +194,6 @@ local function pad_last(x, extra)
   return attn.cat({ x, attn.zeros(sizes) }, -1)
 end
 
--- x [..., in] W^T + b
-local function linear(x, w, b)
-  local y = attn.matmul(x, w:t())
-  if b ~= nil then y = y + b end
-  return y
-end
 
 --- The attention. query [L, N, E] (batch_first: [N, L, E]; unbatched: [L, E]),
 -- key [S, N, kdim], value [S, N, vdim] (same layout) -> out [L, N, E] (same
