@@ -32,7 +32,7 @@ local function norm_dim(d, ndim) if d < 0 then return d + ndim + 1 end return d 
 -- ------------------------------------------------------------ elementwise ----
 
 -- one binary op: forward raw(a, b) with numbers allowed on either side
-local function binary(opname, name_of, grad_a, grad_b)
+local function binary(opname, name_of, grad_a, grad_b, saves_result)
   local f = raw[opname]
   return Function{
     name = name_of, fname = "attn." .. opname, raw = f,
@@ -41,7 +41,7 @@ local function binary(opname, name_of, grad_a, grad_b)
       local r = f(...)
       ctx.a_shape = is_tensor(a) and a:size() or nil
       ctx.b_shape = is_tensor(b) and b:size() or nil
-      ctx:save_for_backward(a, b, r)
+      if saves_result then ctx:save_for_backward(a, b, r) else ctx:save_for_backward(a, b) end
       return r
     end,
     backward = function(ctx, g)
@@ -80,7 +80,7 @@ M.pow = binary("pow", function(_, b) return is_tensor(b) and "PowBackward1" or "
     if is_tensor(a) then return d:masked_fill(a:eq(0):mul(b:ge(0)), 0) end
     if a == 0 then return d:masked_fill(b:ge(0), 0) end
     return d
-  end)
+  end, true)
 -- maximum/minimum: the gradient to the larger (smaller) input, halved on ties
 local function extremum_grad(g, x, y, larger)
   local wins = larger and x:gt(y) or x:lt(y)
@@ -327,6 +327,11 @@ local function matmul_name(a, b)
   if da == 2 and db == 2 then return "MmBackward0" end
   if da == 2 and db == 1 then return "MvBackward0" end
   if da == 1 and db == 2 then return "SqueezeBackward3" end
+  -- torch 1.13 computes a matrix times a batch as (b^T a^T)^T made contiguous,
+  -- unless a 3-D b is already transposed in memory
+  if da == 2 and db >= 3 and not (db == 3 and not b:is_contiguous() and b:transpose(-1, -2):is_contiguous()) then
+    return "CloneBackward0"
+  end
   return "UnsafeViewBackward0"
 end
 
@@ -337,7 +342,7 @@ local function matmul_backward(ctx, g)
   local b2 = b:dim() == 1 and b:unsqueeze(2) or b
   local g2 = g
   if b:dim() == 1 then g2 = g2:unsqueeze(-1) end
-  if a:dim() == 1 then g2 = g2:unsqueeze(g2:dim() - 1) end
+  if a:dim() == 1 then g2 = g2:unsqueeze(math.max(g2:dim(), 1)) end
   local ga, gb
   if ctx.needs_input_grad[1] then
     ga = sum_to(raw.matmul(g2, b2:transpose(-1, -2)), a2:size()):reshape(a:size())
