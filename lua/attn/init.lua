@@ -181,9 +181,12 @@ package.loaded["attn"] = attn
 attn.nn = require "attn.nn"
 --- Attention heatmaps (SVG and terminal): see `attn.viz`.
 attn.viz = require "attn.viz"
---- Prints the doc of a public function or class and returns it:
--- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`; `attn.help()` lists the topics.
--- @param[opt] what a public function or class, or its name
+--- Prints the doc of a public function or class:
+-- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`, `attn.help("transpose")` (a
+-- tensor method by its short name); a class or module also lists its methods,
+-- a tensor lists the tensor methods; an unknown name prints close names.
+-- `attn.help()` lists the topics.
+-- @param[opt] what a public function or class, a module, a tensor, or a name
 function attn.help(...) return require("attn.tools.help").help(...) end
 --- A progress line on stderr (count, rate, ETA) when stderr is a terminal:
 -- `local p = attn.progress(total, label)`, `p:step()`, `p:done()`.
