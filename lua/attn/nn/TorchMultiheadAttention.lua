@@ -15,7 +15,8 @@
 -- init, then the input projections, then bias_k and bias_v.
 -- `m.dropout` is the probability (a number, as in torch); dropout acts on the
 -- attention weights in training mode, with the same draws as torch's
--- (MKL-style) dropout.
+-- dropout: MKL builds' by default, non-MKL builds' after
+-- `attn.set_dropout_stream("default")`.
 --
 -- Masks: attn has float32 tensors only, so each mask says its kind through an
 -- option instead of its dtype. By default a mask is a bool mask: 0 and 1 only,
