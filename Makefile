@@ -6,7 +6,8 @@
 #   make test     deps, then every busted spec (ends with "N passed, N failed")
 #   make demo     deps, then the notebook demo
 #   make install  PREFIX=/usr/local: standard Lua 5.4 paths (or INST_LIBDIR /
-#                 INST_LUADIR for the C and Lua module roots, as luarocks passes)
+#                 INST_LUADIR for the C and Lua module roots, as luarocks passes),
+#                 and the attn-lua and attn-busted launchers in $(PREFIX)/bin (INST_BINDIR)
 #   make doc      LDoc HTML reference into doc/
 #   make static   build-static/: OpenBLAS linked in (to carry to a machine without it)
 #   make asan     the spec suite under ASan + UBSan + LSan; make fuzz-core: libFuzzer
@@ -35,6 +36,7 @@ BLASINC ?= $(if $(PC_BLASINC),$(PC_BLASINC),/usr/include/$(MULTIARCH)/openblas-o
 LUA_INCDIR ?= /usr/include/lua5.4
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
 INST_LUADIR ?= $(PREFIX)/share/lua/5.4
+INST_BINDIR ?= $(PREFIX)/bin
 
 # Per-instruction-set kernel files: built, with their flags, on x86-64 only.
 TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
@@ -128,10 +130,19 @@ demo: deps
 	@echo "Notebook ports (scripts/examples/seeds/) against the tensors the notebooks printed:"
 	@scripts/attn-lua scripts/examples/check_seeds.lua
 
+# The launchers (scripts/install/*.in) get the installed module's paths, so
+# they work from any directory: $(INST_BINDIR)/attn-lua (scripts and the REPL)
+# and $(INST_BINDIR)/attn-busted (busted on a user's own specs).
+LAUNCHERS = attn-lua attn-busted
 install: $(SO) $(LUAOUT)
-	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR)
+	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
+	@mkdir -p $(BUILD)/bin
+	for l in $(LAUNCHERS); do \
+	  sed -e 's|@LUADIR@|$(INST_LUADIR)|g' -e 's|@LIBDIR@|$(INST_LIBDIR)|g' scripts/install/$$l.in > $(BUILD)/bin/$$l && \
+	  install -m 755 $(BUILD)/bin/$$l $(DESTDIR)$(INST_BINDIR)/$$l || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD) build-asan build-static build-fuzz

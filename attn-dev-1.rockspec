@@ -33,6 +33,8 @@ build = {
   install_variables = {
     INST_LIBDIR = "$(LIBDIR)",
     INST_LUADIR = "$(LUADIR)",
+    -- the attn-lua and attn-busted launchers go to the rock's bin, not $(PREFIX)/bin
+    INST_BINDIR = "$(BINDIR)",
   },
   copy_directories = {},
 }

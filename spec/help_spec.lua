@@ -111,10 +111,48 @@ describe("attn.help", function()
     end
   end)
 
-  it("suggests close names for an unknown one", function()
-    assert.are.equal("attn.help: no doc for 'matmull'; did you mean matmul, mul?", err_of(attn.help, "matmull"))
-    assert.are.equal("attn.help: no doc for 'nn.Lnear'; did you mean nn.Linear?", err_of(attn.help, "nn.Lnear"))
-    assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", err_of(attn.help, "qqqqqqq"))
+  it("suggests close names for an unknown one (help.text raises them)", function()
+    assert.are.equal("attn.help: no doc for 'matmull'; did you mean matmul, mul?", err_of(help.text, "matmull"))
+    assert.are.equal("attn.help: no doc for 'nn.Lnear'; did you mean nn.Linear?", err_of(help.text, "nn.Lnear"))
+    assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", err_of(help.text, "qqqqqqq"))
+  end)
+
+  it("prints the suggestions for an unknown name instead of raising (issue #13)", function()
+    assert.are.equal("attn.help: no doc for 'matmull'; did you mean matmul, mul?", quietly(attn.help, "matmull"))
+    assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", quietly(attn.help, "qqqqqqq"))
+    assert.are.equal("attn.help: no doc for 'Tensor.transpos'; did you mean Tensor.transpose?",
+      quietly(attn.help, "Tensor.transpos"))
+  end)
+
+  it("finds a tensor method by its short name: help(\"transpose\") is Tensor:transpose", function()
+    local text = quietly(attn.help, "transpose")
+    assert.are.equal(quietly(attn.help, "Tensor.transpose"), text)
+    assert.is_truthy(text:find("^attn%.Tensor%.transpose\nA view with dims d1 and d2 swapped"), text)
+    -- a name that is both a function and a method stays the function
+    assert.is_truthy(quietly(attn.help, "matmul"):find("^attn%.matmul\n"))
+  end)
+
+  it("given a tensor, lists the documented tensor methods", function()
+    local text = quietly(attn.help, attn.zeros(2, 3))
+    assert.is_truthy(text:find("^attn%.Tensor of shape %[2, 3%]: its methods"), text)
+    for _, name in ipairs { "transpose", "view", "softmax", "masked_fill", "add" } do
+      assert.is_truthy(text:find("%f[%w_]" .. name .. "%f[^%w_]"), name)
+    end
+    assert.is_falsy(text:find("__index", 1, true))
+  end)
+
+  it("given a class or a module, shows the constructor's doc and the methods", function()
+    local text = quietly(attn.help, attn.nn.Linear)
+    assert.is_truthy(text:find("^attn%.nn%.Linear\nattn%.nn%.Linear%(in_features, out_features"), text)
+    assert.is_truthy(text:find("\nmethods:\n  m:extra_repr\n  m:forward  x [..., in_features] -> [..., out_features].\n",
+      1, true), text)
+    assert.is_truthy(text:find("\nmethods from Module:\n", 1, true), text)
+    assert.is_truthy(text:find("\n  m:state_dict_keys  The keys of state_dict(), in PyTorch's order.", 1, true), text)
+    assert.are.equal(text, quietly(attn.help, attn.nn.Linear(2, 3)))
+    local mha = quietly(attn.help, "nn.MultiheadAttention")
+    assert.is_truthy(mha:find("^attn%.nn%.MultiheadAttention\nattn%.nn%.MultiheadAttention%(embed_dim, num_heads"), mha)
+    assert.is_truthy(mha:find("\n  m:forward  The attention.", 1, true), mha)
+    assert.are.equal(mha, quietly(attn.help, "nn.TorchMultiheadAttention"))
   end)
 
   it("refuses values that are not public attn functions or classes", function()

@@ -62,6 +62,34 @@ describe("the REPL through a pipe", function()
     assert.is_truthy(out:find("\nattn.softmax\nsoftmax along dim", 1, true), out)
   end)
 
+  it("prints attn.get_printoptions() readably, and attn.help of an unknown name goes on (issue #13)", function()
+    local out, ok = run_repl(table.concat({
+      "attn.get_printoptions()",
+      "attn.set_printoptions { profile = 'full', precision = 2, sci_mode = false }",
+      "o = attn.get_printoptions()",
+      "o",
+      "o.precision, o.threshold",
+      "attn.set_printoptions { profile = 'default' }",
+      "attn.help('tranpose')",
+      "attn.help('transpose')",
+      "print('after')",
+    }, "\n") .. "\n")
+    assert.is_true(ok)
+    local want = table.concat({
+      repl.BANNER,
+      "{precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil (automatic)}",
+      "{precision = 2, threshold = math.huge, edgeitems = 3, linewidth = 80, sci_mode = false}",
+      "2\tinf",
+      "attn.help: no doc for 'tranpose'; did you mean Tensor.transpose?",
+      "attn.Tensor.transpose",
+      "A view with dims d1 and d2 swapped.",
+      "  d1 a dim",
+      "  d2 a dim",
+      "after",
+    }, "\n") .. "\n"
+    assert.are.equal(want, out)
+  end)
+
   it("ends at the end of input (Ctrl-D) in the middle of a chunk, with status 0", function()
     local out, ok = run_repl("for i = 1, 3 do\n")
     assert.is_true(ok)

@@ -214,12 +214,32 @@ function M.set_printoptions(opts)
   M.defaults = o
 end
 
+-- The copies get_printoptions returns print readably (in the REPL too) and
+-- stay plain tables otherwise: fields, pairs, set_printoptions(o).
+local PRINTOPTIONS_ORDER = { "precision", "threshold", "edgeitems", "linewidth", "sci_mode" }
+local printoptions_mt = {
+  __name = "attn.printoptions",
+  __tostring = function(o)
+    local parts = {}
+    for _, k in ipairs(PRINTOPTIONS_ORDER) do
+      local v = rawget(o, k)
+      local text
+      if v == nil then text = k == "sci_mode" and "nil (automatic)" or "nil"
+      elseif v == huge then text = "math.huge"
+      else text = tostring(v) end
+      parts[#parts + 1] = k .. " = " .. text
+    end
+    return "{" .. concat(parts, ", ") .. "}"
+  end,
+}
+
 -- A copy of the current print options (the fields `set_printoptions` takes).
+-- It prints as `{precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil (automatic)}`.
 -- @return table
 function M.get_printoptions()
   local o = {}
   for k, v in pairs(M.defaults) do o[k] = v end
-  return o
+  return setmetatable(o, printoptions_mt)
 end
 
 -- The data PyTorch formats: each dim longer than 2 * edgeitems cut down to

@@ -166,7 +166,8 @@ attn.format = format.format
 -- As in PyTorch, leaving `sci_mode` out sets it back to automatic.
 -- @param opts table
 attn.set_printoptions = format.set_printoptions
---- A copy of the current print options (the fields `set_printoptions` takes).
+--- A copy of the current print options (the fields `set_printoptions` takes),
+-- a plain table that prints readably: `{precision = 4, threshold = 1000, ...}`.
 -- @return table
 attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t)
@@ -183,9 +184,12 @@ attn.nn = require "attn.nn"
 attn.optim = require "attn.optim"
 --- Attention heatmaps (SVG and terminal): see `attn.viz`.
 attn.viz = require "attn.viz"
---- Prints the doc of a public function or class and returns it:
--- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`; `attn.help()` lists the topics.
--- @param[opt] what a public function or class, or its name
+--- Prints the doc of a public function or class:
+-- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`, `attn.help("transpose")` (a
+-- tensor method by its short name); a class or module also lists its methods,
+-- a tensor lists the tensor methods; an unknown name prints close names.
+-- `attn.help()` lists the topics.
+-- @param[opt] what a public function or class, a module, a tensor, or a name
 function attn.help(...) return require("attn.tools.help").help(...) end
 --- A progress line on stderr (count, rate, ETA) when stderr is a terminal:
 -- `local p = attn.progress(total, label)`, `p:step()`, `p:done()`.

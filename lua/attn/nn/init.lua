@@ -10,12 +10,19 @@ nn.ModuleList = nn.Module.ModuleList
 nn.Linear = require "attn.nn.Linear"
 nn.Dropout = require "attn.nn.Dropout"
 
--- attn.nn.NAME loads attn/nn/NAME.lua when that file exists (errors in it are raised)
+-- Classes whose file is not NAME.lua: a case-insensitive filesystem cannot
+-- hold both the book's MultiHeadAttention.lua and torch's MultiheadAttention.lua.
+-- (attn.nn.TorchMultiheadAttention, the file's name, is the same class.)
+nn._files = { MultiheadAttention = "TorchMultiheadAttention" }
+
+-- attn.nn.NAME loads attn/nn/NAME.lua (or the file _files names) when that
+-- file exists (errors in it are raised)
 setmetatable(nn, {
   __index = function(t, name)
     if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then return nil end
-    if not package.searchpath("attn.nn." .. name, package.path) then return nil end
-    local cls = require("attn.nn." .. name)
+    local file = rawget(t, "_files")[name] or name
+    if not package.searchpath("attn.nn." .. file, package.path) then return nil end
+    local cls = require("attn.nn." .. file)
     rawset(t, name, cls)
     return cls
   end,

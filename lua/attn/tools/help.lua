@@ -104,15 +104,24 @@ local function list_dir(dir)
   return names
 end
 
+-- attn.nn's map class name -> file name for classes whose file is not NAME.lua
+local function nn_files()
+  local ok, nn = pcall(require, "attn.nn")
+  return ok and type(nn) == "table" and rawget(nn, "_files") or {}
+end
+
 --- The names of the nn classes: one per lua/attn/nn/NAME.lua (NAME
--- capitalised), as attn.nn finds them on first use, plus nn.ModuleList.
+-- capitalised, or the class that attn.nn._files maps to that file), as
+-- attn.nn finds them on first use, plus nn.ModuleList.
 function M.nn_class_names()
   local init = package.searchpath("attn.nn", package.path)
+  local class_of = {}
+  for class, file in pairs(nn_files()) do class_of[file] = class end
   local names = { "ModuleList" }
   if init then
     for _, f in ipairs(list_dir(init:match("^(.*)[/\\]"))) do
       local name = f:match("^(%u[%w_]*)%.lua$")
-      if name then names[#names + 1] = name end
+      if name then names[#names + 1] = class_of[name] or name end
     end
   end
   table.sort(names)
@@ -124,8 +133,9 @@ function M.source_files()
   local files = {}
   local mods = {}
   for _, m in ipairs(MODULE_FILES) do mods[#mods + 1] = m end
+  local file_of = nn_files()
   for _, c in ipairs(M.nn_class_names()) do
-    if c ~= "ModuleList" then mods[#mods + 1] = "attn.nn." .. c end
+    if c ~= "ModuleList" then mods[#mods + 1] = "attn.nn." .. (file_of[c] or c) end
   end
   for _, m in ipairs(mods) do
     local path = package.searchpath(m, package.path)
@@ -222,10 +232,15 @@ local function suggestions(name)
 end
 
 -- "matmul", "attn.matmul", "nn.Linear", "Tensor:view", "t:view" -> the index name
+-- (a class's file name, nn.TorchMultiheadAttention, is its class's name)
 local function normalise(name)
   name = dotted(name):gsub("^%s+", ""):gsub("%s+$", ""):gsub("%(%)$", "")
   name = name:gsub("^t%.", "Tensor.")
   if not name:match("^attn%.") and name ~= "attn" then name = "attn." .. name end
+  for class, file in pairs(nn_files()) do
+    local rest = name:match("^attn%.nn%." .. file .. "(.*)$")
+    if rest and (rest == "" or rest:sub(1, 1) == ".") then name = "attn.nn." .. class .. rest end
+  end
   return name
 end
 
@@ -256,47 +271,158 @@ local function topics()
   return table.concat(out, "\n")
 end
 
---- The help text of `what` (nil: the topics; a function or class; a name).
--- Raises an error naming close names when there is no such documented name.
--- @param[opt] what a public function or class, or its name
--- @return the text
-function M.text(what)
+-- Names in columns after a heading, wrapped at 78 columns.
+local function name_columns(out, names)
+  local line = " "
+  for _, n in ipairs(names) do
+    if #line + #n + 1 > 78 then out[#out + 1] = line; line = " " end
+    line = line .. " " .. n
+  end
+  if line ~= " " then out[#out + 1] = line end
+end
+
+-- The documented methods of the tensors (t:name), sorted.
+local function tensor_methods()
+  local attn = require "attn"
+  local idx, names = M.index(), {}
+  for k, v in pairs(attn.Tensor) do
+    if type(k) == "string" and not k:match("^_") and type(v) == "function"
+        and (idx["attn.Tensor." .. k] or (rawequal(v, attn[k]) and idx["attn." .. k])) then
+      names[#names + 1] = k
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+-- The text for a tensor value: its shape and its methods.
+local function tensor_text(t)
+  local out = { ("attn.Tensor of shape [%s]: its methods (t:name(...); attn.help(\"Tensor.name\") explains one):")
+    :format(table.concat(t:size(), ", ")) }
+  name_columns(out, tensor_methods())
+  return table.concat(out, "\n")
+end
+
+-- The first line of a doc text.
+local function summary(text) return (text:match("^([^\n]*)")) end
+
+-- "methods:" lines for an nn class: its own methods, then those it inherits
+-- (from Module and any class between), each with the first line of its doc.
+local HIDDEN_METHODS = { init = true, extend = true, is_module = true, pyfloat = true }
+local function class_methods(cls)
+  local idx = M.index()
+  local out, seen = {}, {}
+  local c, first = cls, true
+  while type(c) == "table" do
+    local cname = rawget(c, "__name") or "Module"
+    local names = {}
+    for k, v in pairs(c) do
+      if type(k) == "string" and type(v) == "function" and not k:match("^_") and not HIDDEN_METHODS[k]
+          and not seen[k] then
+        seen[k] = true
+        names[#names + 1] = k
+      end
+    end
+    table.sort(names)
+    if #names > 0 then
+      out[#out + 1] = first and "methods:" or ("methods from " .. cname .. ":")
+      for _, k in ipairs(names) do
+        local doc = idx["attn.nn." .. cname .. "." .. k]
+        out[#out + 1] = "  m:" .. k .. (doc and ("  " .. summary(doc)) or "")
+      end
+    end
+    first = false
+    c = rawget(c, "super")
+  end
+  return table.concat(out, "\n")
+end
+
+-- The nn class (a table) behind a name "attn.nn.Class", or nil.
+local function nn_class(name)
+  local short = name:match("^attn%.nn%.(%u[%w_]*)$")
+  if not short then return nil end
+  local ok, cls = pcall(function() return require("attn").nn[short] end)
+  return ok and type(cls) == "table" and cls or nil
+end
+
+-- The text of `what`, or nil, the message and its kind: "unknown" (a name
+-- with no doc) or "bad" (a value help cannot explain).
+local function lookup(what)
   if what == nil then return topics() end
+  local attn = require "attn"
+  if attn.is_tensor(what) then return tensor_text(what) end
+  local Module = require "attn.nn.Module"
+  if Module.is_module(what) then what = getmetatable(what) end -- an instance: its class
   local name
   if type(what) == "string" then
     name = normalise(what)
   elseif type(what) == "function" or type(what) == "table" then
     name = name_of(what)
     if not name then
-      error("attn.help: bad argument #1 (expected a public attn function or class, or its name; got a "
-        .. type(what) .. " that is none of them)", 3)
+      return nil, "attn.help: bad argument #1 (expected a public attn function or class, or its name; got a "
+        .. type(what) .. " that is none of them)", "bad"
     end
   else
-    error("attn.help: bad argument #1 (expected a public attn function or class, or its name; got "
-      .. type(what) .. ")", 3)
+    return nil, "attn.help: bad argument #1 (expected a public attn function or class, or its name; got "
+      .. type(what) .. ")", "bad"
   end
-  local text = M.index()[name]
+  local idx = M.index()
+  local text = idx[name]
   local method = name:match("^attn%.Tensor%.([%w_]+)$")
-  if not text and method and rawequal(require("attn").Tensor[method], require("attn")[method]) then
+  if not text and method and rawequal(attn.Tensor[method], attn[method]) then
     -- t:add is attn.add: documented once, as the function
     name = "attn." .. method
-    text = M.index()[name]
+    text = idx[name]
+  end
+  local short = name:match("^attn%.([%w_]+)$")
+  if not text and short and idx["attn.Tensor." .. short] then
+    -- a method by its short name: help("transpose") is Tensor:transpose
+    name = "attn.Tensor." .. short
+    text = idx[name]
   end
   if not text then
     local close = suggestions(name)
     local hint = #close > 0 and ("; did you mean " .. table.concat(close, ", ") .. "?")
       or "; attn.help() lists the topics"
-    error("attn.help: no doc for '" .. tostring(what) .. "'" .. hint, 3)
+    return nil, "attn.help: no doc for '" .. tostring(what) .. "'" .. hint, "unknown"
   end
-  return name .. "\n" .. text
+  text = name .. "\n" .. text
+  local cls = nn_class(name)
+  if cls then
+    local methods = class_methods(cls)
+    if methods ~= "" then text = text .. "\n" .. methods end
+  end
+  return text
+end
+
+--- The help text of `what`: nil gives the topics; a public function or class
+-- (its doc; a class also lists its methods), a module instance (its class), a
+-- tensor (its methods) or a name. Raises an error naming close names when
+-- there is no such documented name.
+-- @param[opt] what a public function or class, a tensor, or a name
+-- @return the text
+function M.text(what)
+  local text, msg = lookup(what)
+  if not text then error(msg, 2) end
+  return text
 end
 
 --- Prints the doc of a public function or class (see the module doc);
--- `attn.help()` lists the topics (`require("attn.tools.help").text(what)` returns the text instead).
--- @param[opt] what a public function or class (`attn.matmul`, `nn.Linear`), or
--- its name (`"matmul"`, `"nn.Linear"`, `"Tensor.view"`)
+-- `attn.help()` lists the topics. An unknown name prints close names instead
+-- (not an error); a value that is no public function, class, module or
+-- tensor is an error. (`require("attn.tools.help").text(what)` returns the
+-- text instead, and raises for unknown names.)
+-- @param[opt] what a public function or class (`attn.matmul`, `nn.Linear`), a
+-- tensor, a module, or a name (`"matmul"`, `"nn.Linear"`, `"Tensor.view"`, `"transpose"`)
 function M.help(what)
-  print(M.text(what))
+  local text, msg, kind = lookup(what)
+  if text then
+    print(text)
+  elseif kind == "unknown" then
+    print(msg)
+  else
+    error(msg, 2)
+  end
 end
 
 return M
