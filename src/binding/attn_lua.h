@@ -92,5 +92,8 @@ void attnL_open_sys(lua_State *L);
 void attnL_open_cpu(lua_State *L);
 /* attn.core.modules: the fused module forwards (a table, not copied into attn). */
 void attnL_open_modules(lua_State *L);
+/* clamp, var/std, where, cumsum, index_select, gather, scatter_add_, chunk, split,
+ * repeat_interleave, topk, sort, argsort (lua_ops.c); after attnL_open_tensor. */
+void attnL_open_ops(lua_State *L);
 
 #endif

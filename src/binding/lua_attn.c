@@ -41,6 +41,7 @@ int luaopen_attn_core(lua_State *L) {
   attnL_open_sys(L);
   attnL_open_cpu(L);
   attnL_open_modules(L);
+  attnL_open_ops(L);
   lua_setfield(L, -3, "Tensor_mt");
   lua_setfield(L, -2, "Tensor");
   return 1;
