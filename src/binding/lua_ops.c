@@ -3,6 +3,7 @@
  * PyTorch's semantics with 1-based dims and indices: indices come in as Lua
  * tables or integer-valued tensors (1-based) and go out as float tensors
  * (1-based), as argmax's. */
+#include <stdio.h>
 #include <string.h>
 
 #include "attn_lua.h"
@@ -94,8 +95,10 @@ static int clamp(lua_State *L, int inplace, const char *fn) {
       if (attn_expand(bound, self->ndim, self->size, &e) != ATTN_OK)
         attnL_error(L, fn, "%s of shape %s does not broadcast to self's shape %s", k ? "max" : "min",
                     attnL_shape(bound, b1, sizeof b1), attnL_shape(self, b2, sizeof b2));
-    } else if (attn_broadcast_shape(ndim, size, bound->ndim, bound->size, &ndim, size) != ATTN_OK) {
-      attnL_core_error(L, fn);
+    } else {
+      int64_t prev[ATTN_MAX_DIMS]; /* attn_broadcast_shape's input and output must not alias */
+      memcpy(prev, size, sizeof prev);
+      if (attn_broadcast_shape(ndim, prev, bound->ndim, bound->size, &ndim, size) != ATTN_OK) attnL_core_error(L, fn);
     }
   }
   attn_tensor *out = self;
@@ -194,8 +197,9 @@ static int m_where(lua_State *L) {
   attn_tensor a = operand(L, 2, &sa, fn, "input"), b = operand(L, 3, &sb, fn, "other");
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
-  if (attn_broadcast_shape(cond->ndim, cond->size, a.ndim, a.size, &ndim, size) != ATTN_OK ||
-      attn_broadcast_shape(ndim, size, b.ndim, b.size, &ndim, size) != ATTN_OK)
+  int64_t ca[ATTN_MAX_DIMS];
+  if (attn_broadcast_shape(cond->ndim, cond->size, a.ndim, a.size, &ndim, ca) != ATTN_OK ||
+      attn_broadcast_shape(ndim, ca, b.ndim, b.size, &ndim, size) != ATTN_OK)
     attnL_core_error(L, fn);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
   if (attn_where(cond, &a, &b, out) != ATTN_OK) attnL_core_error(L, fn);
@@ -398,6 +402,8 @@ static int m_repeat_interleave(lua_State *L) {
     flat = *t;
   }
   int64_t n = flat.size[d];
+  if (n > (int64_t)1 << 24)
+    attnL_error(L, fn, "dim %d has %I elements: float32 indices are exact only up to 2^24", d + 1, (lua_Integer)n);
   const attn_tensor *reps = NULL;
   int64_t scalar_reps = 0;
   if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -414,9 +420,12 @@ static int m_repeat_interleave(lua_State *L) {
     attn_tensor r1 = as_1d(reps);
     for (int64_t i = 0; i < rn; i++) {
       float v = r1.data[i * r1.stride[0]];
-      if (!(v >= 0.0f && v <= 16777216.0f && v == (float)(int64_t)v))
-        attnL_error(L, fn, "bad argument #2 'repeats' (count %.9g at [%I] is not a non-negative integer)", (double)v,
+      if (!(v >= 0.0f && v <= 16777216.0f && v == (float)(int64_t)v)) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.9g", (double)v);
+        attnL_error(L, fn, "bad argument #2 'repeats' (count %s at [%I] is not a non-negative integer)", buf,
                     (lua_Integer)(i + 1));
+      }
     }
     if (rn == 1) {
       scalar_reps = (int64_t)r1.data[0];

@@ -12,6 +12,9 @@
  * cumsum: a double running sum, each prefix rounded to float: PyTorch's CPU
  * cumsum for float does the same (acc_type double), so bits agree.
  *
+ * Expanded (stride-0) dims are summed once and weighted by their size, so a
+ * huge expanded view takes the time of its real elements.
+ *
  * Threads: each line is summed by one thread in index order; lines are split
  * across threads by the shared walk; the full var is one serial pass. Bits do
  * not depend on the thread count. */
@@ -28,6 +31,11 @@ typedef struct line_ctx {
 } line_ctx;
 
 static double line_var(const float *x, int64_t len, int64_t stride, int64_t correction) {
+  double divisor = len > correction ? (double)(len - correction) : 0.0;
+  if (stride == 0 && len > 0) { /* an expanded line, in O(1): len copies of one value */
+    double dev = (double)x[0] - (double)x[0]; /* 0, or NaN for inf and NaN */
+    return dev * dev * (double)len / divisor;
+  }
   double sum = 0.0;
   for (int64_t j = 0; j < len; j++) sum += (double)x[j * stride];
   double mean = sum / (double)len, m2 = 0.0;
@@ -35,7 +43,6 @@ static double line_var(const float *x, int64_t len, int64_t stride, int64_t corr
     double dev = (double)x[j * stride] - mean;
     m2 += dev * dev;
   }
-  double divisor = len > correction ? (double)(len - correction) : 0.0;
   return m2 / divisor;
 }
 
@@ -91,8 +98,16 @@ static double sum_all(const attn_tensor *a, double mean, int squared_deviation) 
 attn_status attn_var_all(const attn_tensor *a, int64_t correction, int take_sqrt, float *out) {
   if (correction < 0) return attn_fail(ATTN_EARG, "correction %lld is negative", (long long)correction);
   int64_t n = attn_numel(a);
-  double mean = sum_all(a, 0.0, 0) / (double)n;
-  double m2 = sum_all(a, mean, 1);
+  /* expanded dims repeat the same elements: walk them once, weighted by the repeat count */
+  attn_tensor distinct = *a;
+  double repeats = 1.0;
+  for (int k = 0; k < a->ndim; k++)
+    if (a->stride[k] == 0 && a->size[k] > 1) {
+      repeats *= (double)a->size[k];
+      distinct.size[k] = 1;
+    }
+  double mean = sum_all(&distinct, 0.0, 0) * repeats / (double)n;
+  double m2 = sum_all(&distinct, mean, 1) * repeats;
   double v = m2 / (n > correction ? (double)(n - correction) : 0.0);
   *out = (float)(take_sqrt ? sqrt(v) : v);
   return ATTN_OK;
