@@ -270,22 +270,30 @@ function M.format(t, opts)
   local o = check_opts(opts)
   local prefix = "tensor("
   local indent = #prefix
+  local s
+  local suffixes = {}
   if t:numel() == 0 then
-    local s = prefix .. "[]"
+    s = prefix .. "[]"
     local sizes = t:size()
-    if #sizes ~= 1 then
-      -- _add_suffixes with the one suffix size=(...)
-      local suffix = "size=" .. tuple_str(sizes)
-      local last_line_len = #s + 2
-      if last_line_len + #suffix + 2 > o.linewidth then
-        s = s .. ",\n" .. srep(" ", indent) .. suffix
-      else
-        s = s .. ", " .. suffix
-      end
-    end
-    return s .. ")"
+    if #sizes ~= 1 then suffixes[1] = "size=" .. tuple_str(sizes) end
+  else
+    s = prefix .. body(t, o, indent)
   end
-  return prefix .. body(t, o, indent) .. ")"
+  local extra = M.suffixes and M.suffixes(t)
+  if extra then for _, x in ipairs(extra) do suffixes[#suffixes + 1] = x end end
+  -- torch's _add_suffixes: each suffix after ", " or, past the line width, on a new indented line
+  local nl = s:match(".*()\n")
+  local last_line_len = nl and #s - nl + 2 or #s + 2
+  for _, suffix in ipairs(suffixes) do
+    if last_line_len + #suffix + 2 > o.linewidth then
+      s = s .. ",\n" .. srep(" ", indent) .. suffix
+      last_line_len = indent + #suffix
+    else
+      s = s .. ", " .. suffix
+      last_line_len = last_line_len + #suffix + 2
+    end
+  end
+  return s .. ")"
 end
 
 return M

@@ -106,7 +106,56 @@ function Tensor.view_as(t, other) return as_shape_of("Tensor:view_as", "view", t
 --- `t` expanded to `other`'s shape.
 function Tensor.expand_as(t, other) return as_shape_of("Tensor:expand_as", "expand", t, other) end
 
+local autograd = require "attn.autograd"
+--- Reverse-mode autograd: `attn.autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph}]])`,
+-- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
+attn.autograd = autograd
+require("attn.autograd.derivatives").install(attn)
+attn.scaled_dot_product_attention = require("attn.autograd.attention").scaled_dot_product_attention
+--- Run fn(...) with recording off and return its results (torch.no_grad).
+attn.no_grad = autograd.no_grad
+--- Run fn(...) with recording on (torch.enable_grad).
+attn.enable_grad = autograd.enable_grad
+--- Turn autograd recording on or off; returns the previous setting.
+attn.set_grad_enabled = autograd.set_grad_enabled
+--- Whether autograd records.
+attn.is_grad_enabled = autograd.is_grad_enabled
+--- Accumulate the gradient of t into the leaves' `.grad`: `t:backward([gradient][, {retain_graph}])`.
+Tensor.backward = autograd.backward
+--- Mark a leaf as requiring grad (default true); returns it.
+Tensor.requires_grad_ = autograd.requires_grad_
+--- A tensor over the same elements without autograd history.
+Tensor.detach = autograd.detach
+
+-- creation functions take a trailing {requires_grad = true}
+local function with_creation_opts(fname, create)
+  return function(...)
+    local n = select("#", ...)
+    local last = select(n > 0 and n or 1, ...)
+    if n >= 1 and type(last) == "table" and getmetatable(last) == nil and next(last) ~= nil and rawget(last, 1) == nil then
+      for k in pairs(last) do
+        if k ~= "requires_grad" then
+          error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected requires_grad)"):format(fname, n,
+            tostring(k)), 2)
+        end
+      end
+      local rg = last.requires_grad
+      if rg ~= nil and type(rg) ~= "boolean" then
+        error(("%s: bad argument #%d 'opts' (requires_grad must be a boolean, got %s)"):format(fname, n, type(rg)), 2)
+      end
+      local t = create(table.unpack({ ... }, 1, n - 1))
+      if rg then autograd.requires_grad_(t, true) end
+      return t
+    end
+    return create(...)
+  end
+end
+for _, name in ipairs{ "tensor", "zeros", "ones", "empty", "full", "eye", "arange", "rand", "randn" } do
+  attn[name] = with_creation_opts("attn." .. name, attn[name])
+end
+
 local format = require "attn.format"
+format.suffixes = autograd.print_suffixes
 --- PyTorch's print of a tensor: `attn.format(t[, opts])`, `tostring(t)`.
 attn.format = format.format
 --- Set the print options every later `tostring(t)` uses, as
@@ -121,6 +170,7 @@ attn.set_printoptions = format.set_printoptions
 attn.get_printoptions = format.get_printoptions
 mt.__tostring = function(t)
   check_tensor(t, "attn.Tensor tostring", 1, "self")
+  if autograd.is_parameter(t) then return "Parameter containing:\n" .. format.format(t) end
   return format.format(t)
 end
 

@@ -76,6 +76,14 @@ void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, con
 /* "[2, 3]" of a tensor, for messages. */
 const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
 
+/* Every in-place write bumps the version of the tensor's storage (shared by
+ * its views), PyTorch's version counter: autograd compares it with the
+ * version a recorded op saved. fname names the writer in later messages. */
+void attnL_bump_version(lua_State *L, int arg, const char *fname);
+/* Push the version of the tensor at arg and the name of its last in-place
+ * writer (nil when none); returns 2. */
+int attnL_push_version(lua_State *L, int arg);
+
 /* Registration of each binding file's functions into the module table on top of the stack. */
 void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);

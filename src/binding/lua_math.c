@@ -48,6 +48,7 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
   }
   attnL_check_writable(L, self, fn);
   if (attn_binary(op, self, &b, self) != ATTN_OK) attnL_core_error(L, fn);
+  attnL_bump_version(L, 1, fn);
   lua_settop(L, 1);
   return 1;
 }
@@ -66,6 +67,7 @@ static int m_fill_(lua_State *L) {
   attnL_check_nargs(L, 2, "Tensor:fill_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
   attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
+  attnL_bump_version(L, 1, "Tensor:fill_");
   lua_settop(L, 1);
   return 1;
 }
@@ -74,6 +76,7 @@ static int m_zero_(lua_State *L) {
   attnL_check_nargs(L, 1, "Tensor:zero_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:zero_", "self");
   attn_fill(t, 0.0f);
+  attnL_bump_version(L, 1, "Tensor:zero_");
   lua_settop(L, 1);
   return 1;
 }
@@ -89,6 +92,7 @@ static int m_copy_(lua_State *L) {
     attnL_error(L, fn, "src of shape %s does not broadcast to self's shape %s", attnL_shape(src, b1, sizeof b1),
                 attnL_shape(t, b2, sizeof b2));
   attnL_copy_into(L, t, src, fn);
+  attnL_bump_version(L, 1, fn);
   lua_settop(L, 1);
   return 1;
 }
@@ -118,6 +122,7 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
     lua_settop(L, 1);
   }
   if (attn_masked_fill(out, mask, v) != ATTN_OK) attnL_core_error(L, fn);
+  if (inplace) attnL_bump_version(L, 1, fn);
   return 1;
 }
 
@@ -136,6 +141,7 @@ static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
     lua_settop(L, 1);
   }
   if (attn_triangle(t, out, k, upper) != ATTN_OK) attnL_core_error(L, fn);
+  if (inplace) attnL_bump_version(L, 1, fn);
   return 1;
 }
 

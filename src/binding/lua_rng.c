@@ -155,6 +155,7 @@ static int m_uniform_(lua_State *L) {
     attnL_error(L, fn, "expects to - from to be a finite float32, but found from=%f and to=%f", a, b);
   lua_settop(L, 1);
   fill_memory_order(L, t, attn_rng_uniform_f32, a, b, fn);
+  attnL_bump_version(L, 1, fn);
   return 1;
 }
 
@@ -170,6 +171,7 @@ static int m_normal_(lua_State *L) {
    * elements; anything non-contiguous takes the scalar path */
   fill_memory_order(L, t, attn_is_contiguous(t) ? attn_rng_normal_f32 : attn_rng_normal_scalar_f32, mean, std,
                     fn);
+  attnL_bump_version(L, 1, fn);
   return 1;
 }
 

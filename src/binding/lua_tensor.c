@@ -578,25 +578,47 @@ static attn_tensor index_view(lua_State *L, const attn_tensor *t, int key, const
 
 /* Metamethods check self as every method does: anyone can call
  * getmetatable(t).__index(anything, key) directly. */
-static int mt_index(lua_State *L) {
+/* t[k] for a non-string key: a view selected along the leading dims (a number
+ * when it selects every dim). attn.core._index is this, without the Lua
+ * layer's hook. */
+static int raw_index(lua_State *L) {
   attn_tensor *t = attnL_check(L, 1, "attn.Tensor index", "self");
-  if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *key = lua_tostring(L, 2);
-    if (strcmp(key, "shape") == 0) {
-      push_sizes(L, t);
-      return 1;
-    }
-    lua_pushvalue(L, 2);
-    lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
-    return 1;
-  }
   attn_tensor v = index_view(L, t, 2, "attn.Tensor index");
   if (v.ndim == 0) lua_pushnumber(L, (lua_Number)v.data[0]);
   else attnL_push_view(L, 1, &v);
   return 1;
 }
 
-static int mt_newindex(lua_State *L) {
+static int mt_index(lua_State *L) {
+  attnL_check(L, 1, "attn.Tensor index", "self");
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const char *key = lua_tostring(L, 2);
+    if (strcmp(key, "shape") == 0) {
+      push_sizes(L, attnL_test(L, 1));
+      return 1;
+    }
+    if (strcmp(key, "_version") == 0) {
+      attnL_push_version(L, 1);
+      lua_pop(L, 1);
+      return 1;
+    }
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
+    if (!lua_isnil(L, -1) || lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) return 1;
+  } else if (lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) {
+    return raw_index(L);
+  }
+  /* the Lua layer's fields (autograd's requires_grad, grad, grad_fn, is_leaf)
+   * and its recorded indexing */
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_insert(L, 1);
+  lua_call(L, 2, 1);
+  return 1;
+}
+
+/* t[k] = x without the Lua layer's hook (attn.core._newindex). */
+static int raw_newindex(lua_State *L) {
   const char *fn = "attn.Tensor index assignment";
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   if (lua_type(L, 2) != LUA_TNUMBER && (lua_type(L, 2) != LUA_TTABLE || attnL_test(L, 2)))
@@ -605,12 +627,27 @@ static int mt_newindex(lua_State *L) {
   attn_tensor v = index_view(L, t, 2, fn);
   if (lua_type(L, 3) == LUA_TNUMBER) {
     attn_fill(&v, (float)lua_tonumber(L, 3));
+    attnL_bump_version(L, 1, fn);
     return 0;
   }
   attn_tensor *src = attnL_test(L, 3);
   if (!src) attnL_error(L, fn, "expected a number or an attn.Tensor as the value, got %s", luaL_typename(L, 3));
   attnL_copy_into(L, &v, src, fn); /* as copy_ */
+  attnL_bump_version(L, 1, fn);
   return 0;
+}
+
+static int mt_newindex(lua_State *L) {
+  attnL_check(L, 1, "attn.Tensor index assignment", "self");
+  if (lua_type(L, lua_upvalueindex(1)) == LUA_TFUNCTION) {
+    /* t.grad = g, and assignments the autograd layer checks first */
+    lua_settop(L, 3);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 3, 0);
+    return 0;
+  }
+  return raw_newindex(L);
 }
 
 static int mt_len(lua_State *L) {
@@ -620,7 +657,42 @@ static int mt_len(lua_State *L) {
   return 1;
 }
 
+/* attn.core._set_field_handlers(get, set): get(t, key) answers string keys
+ * that are neither "shape" nor a method; set(t, key, value) takes string-keyed
+ * assignments. The autograd layer keeps requires_grad, grad, ... this way. */
+static int set_field_handlers(lua_State *L) {
+  attnL_check_nargs(L, 2, "attn.core._set_field_handlers");
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  luaL_getmetatable(L, ATTN_TENSOR_NAME);
+  lua_getfield(L, -1, "__index");
+  lua_pushvalue(L, 1);
+  lua_setupvalue(L, -2, 2);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "__newindex");
+  lua_pushvalue(L, 2);
+  lua_setupvalue(L, -2, 1);
+  lua_pop(L, 2);
+  return 0;
+}
+
+/* attn.core._version(t): the version of t's storage and its last in-place writer's name. */
+static int t_version(lua_State *L) {
+  attnL_check(L, 1, "attn.core._version", "t");
+  return attnL_push_version(L, 1);
+}
+
+/* attn.core._alias(t): a new tensor object over t's elements (t:detach()). */
+static int t_alias(lua_State *L) {
+  attnL_check_nargs(L, 1, "attn.core._alias");
+  attn_tensor *t = attnL_check(L, 1, "attn.core._alias", "t");
+  attnL_push_view(L, 1, t);
+  return 1;
+}
+
 static const luaL_Reg module_funcs[] = {
+  {"_set_field_handlers", set_field_handlers}, {"_version", t_version}, {"_alias", t_alias},
+  {"_index", raw_index}, {"_newindex", raw_newindex},
   {"tensor", t_tensor}, {"zeros", t_zeros}, {"ones", t_ones}, {"empty", t_empty}, {"full", t_full},
   {"eye", t_eye}, {"arange", t_arange}, {"cat", t_cat}, {"stack", t_stack}, {NULL, NULL}};
 
@@ -634,9 +706,11 @@ static const luaL_Reg methods[] = {
 /* Expects [module, methods, metatable] on top; registers into them. */
 void attnL_open_tensor(lua_State *L) {
   lua_pushvalue(L, -2); /* methods as upvalue of __index */
-  lua_pushcclosure(L, mt_index, 1);
+  lua_pushnil(L);       /* the Lua layer's field getter, set by attn.core._set_field_handlers */
+  lua_pushcclosure(L, mt_index, 2);
   lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, mt_newindex);
+  lua_pushnil(L); /* the field setter */
+  lua_pushcclosure(L, mt_newindex, 1);
   lua_setfield(L, -2, "__newindex");
   lua_pushcfunction(L, mt_len);
   lua_setfield(L, -2, "__len");

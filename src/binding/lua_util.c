@@ -37,10 +37,25 @@ const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len) {
   return type;
 }
 
+/* luaL_where for the user's code: the first caller that is not one of the
+ * autograd layer's wrappers (the Lua files under attn/autograd/), which stand between the
+ * user's call and most C functions; an error then points at the user's line,
+ * as when the C function is called directly. */
+static void where_of_caller(lua_State *L) {
+  lua_Debug ar;
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "S", &ar)) break;
+    if (ar.what[0] == 'L' && strstr(ar.source, "attn/autograd/") != NULL) continue;
+    luaL_where(L, level);
+    return;
+  }
+  lua_pushliteral(L, "");
+}
+
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  luaL_where(L, 1);
+  where_of_caller(L);
   lua_pushfstring(L, "%s: ", fname);
   lua_pushvfstring(L, fmt, ap);
   va_end(ap);
@@ -138,12 +153,48 @@ void attnL_close_fd(lua_State *L, int idx) {
   *fd = -1;
 }
 
+#define STORAGE_USER_VALUES 2
+
 /* Storage allocation runs protected, so running out of memory becomes an
  * error that names the request instead of Lua's bare "not enough memory". */
 static int allocate_storage(lua_State *L) {
   size_t bytes = *(const size_t *)lua_touserdata(L, 1);
-  lua_newuserdatauv(L, bytes, 0);
+  lua_newuserdatauv(L, bytes, STORAGE_USER_VALUES);
   return 1;
+}
+
+/* The storage's user values: 1 its version (an integer, nil = 0), 2 the name
+ * of the last in-place writer (for autograd's messages). */
+void attnL_bump_version(lua_State *L, int arg, const char *fname) {
+  arg = lua_absindex(L, arg);
+  if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getiuservalue(L, -1, 1);
+  lua_Integer v = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  lua_pushinteger(L, v + 1);
+  lua_setiuservalue(L, -2, 1);
+  lua_pushstring(L, fname);
+  lua_setiuservalue(L, -2, 2);
+  lua_pop(L, 1);
+}
+
+int attnL_push_version(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
+    lua_pop(L, 1);
+    lua_pushinteger(L, 0);
+    lua_pushnil(L);
+    return 2;
+  }
+  lua_getiuservalue(L, -1, 1);
+  lua_pushinteger(L, lua_tointeger(L, -1));
+  lua_replace(L, -2);
+  lua_getiuservalue(L, -2, 2);
+  lua_remove(L, -3);
+  return 2;
 }
 
 static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, const char *fname, int zero) {

@@ -48,7 +48,7 @@ function CausalAttention:forward(x, opts)
   end
   local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(dropout) == Dropout then
+      and getmetatable(dropout) == Dropout and not self:recording(x) then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       local y = fused_forward(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,

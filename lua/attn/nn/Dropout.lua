@@ -19,6 +19,9 @@ function Dropout:init(p)
 end
 
 function Dropout:forward(x)
+  if not attn.is_tensor(x) then
+    error("Dropout:forward: bad argument #1 'input' (expected attn.Tensor, got " .. type(x) .. ")", 2)
+  end
   return attn.dropout(x, self.p, self.training)
 end
 

@@ -5,6 +5,7 @@
 -- attn.manual_seed the weights are the same bits as PyTorch's.
 -- @classmod attn.nn.Linear
 local attn = require "attn"
+local linear = require("attn.autograd.attention").linear
 local Module = require "attn.nn.Module"
 
 local Linear = Module:extend("Linear")
@@ -61,9 +62,7 @@ function Linear:forward(x)
     error(("Linear:forward: input of shape [%s] does not end in in_features = %d"):format(
       table.concat(x:size(), ", "), self.in_features), 2)
   end
-  local y = attn.matmul(x, self.weight:t())
-  if self.bias ~= nil then y = y + self.bias end
-  return y
+  return linear(x, self.weight, self.bias)
 end
 
 function Linear:extra_repr()

@@ -38,6 +38,7 @@
 -- m:state_dict_keys().
 -- @classmod attn.nn.Module
 local core = require "attn.core"
+local autograd = require "attn.autograd"
 
 local tensor_mt = core.Tensor_mt
 local function is_tensor(x) return getmetatable(x) == tensor_mt end
@@ -80,7 +81,8 @@ local function new_instance(cls, ...)
   }, cls)
   -- an error from deeper down (an allocation refused for huge sizes, say) is
   -- re-raised naming the class and pointing at the caller
-  local ok, err = pcall(self.init, self, ...)
+  -- initialisation runs without recording, as torch's init functions (no_grad)
+  local ok, err = pcall(autograd.no_grad, self.init, self, ...)
   if not ok then
     local msg = tostring(err):gsub("^[^\n]-:%d+: ", "", 1)
     local name = "attn.nn." .. class_name(self)
@@ -166,7 +168,7 @@ function Module:add_parameter(name, t)
     fail(self, "add_parameter", "bad argument #2 'tensor' (expected attn.Tensor, got %s)", type(t))
   end
   self._param_names[#self._param_names + 1] = name
-  self[name] = t
+  self[name] = autograd.mark_parameter(t)
   return t
 end
 
@@ -258,6 +260,7 @@ function Module:named_parameters()
       local t = m[n]
       if t ~= nil and not seen[t] then
         seen[t] = true
+        if is_tensor(t) then autograd.mark_parameter(t) end -- a tensor assigned over a parameter becomes one
         out[#out + 1] = {prefix == "" and n or (prefix .. "." .. n), t}
       end
     end
@@ -270,6 +273,33 @@ function Module:parameters()
   local out = {}
   for i, np in ipairs(self:named_parameters()) do out[i] = np[2] end
   return out
+end
+
+--- Drop the gradients of every parameter (`p.grad = nil`), as torch's
+-- `zero_grad(set_to_none=True)`; `m:zero_grad(false)` zeroes them in place instead.
+-- @param[opt=true] set_to_none
+function Module:zero_grad(set_to_none)
+  if set_to_none ~= nil and type(set_to_none) ~= "boolean" then
+    fail(self, "zero_grad", "bad argument #1 'set_to_none' (expected boolean, got %s)", type(set_to_none))
+  end
+  for _, p in ipairs(self:parameters()) do
+    if set_to_none == false then
+      if p.grad ~= nil then autograd.no_grad(function() p.grad:zero_() end) end
+    else
+      p.grad = nil
+    end
+  end
+  return self
+end
+
+--- Whether a forward now would record (grad mode on and x or a parameter requires grad).
+function Module:recording(x)
+  if not autograd.is_grad_enabled() then return false end
+  if x ~= nil and autograd._history[x] then return true end
+  for _, p in ipairs(self:parameters()) do
+    if autograd._history[p] then return true end
+  end
+  return false
 end
 
 --- Total element count of the parameters.
@@ -366,10 +396,12 @@ function Module:load_state_dict(d, strict)
     fail(self, "load_state_dict", "error(s) in loading the state dict for %s: %s", class_name(self),
          table.concat(problems, "; "))
   end
-  for _, e in ipairs(entries) do
-    local src = srcs[e[1]]
-    if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
-  end
+  autograd.no_grad(function()
+    for _, e in ipairs(entries) do
+      local src = srcs[e[1]]
+      if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
+    end
+  end)
   return {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}
 end
 

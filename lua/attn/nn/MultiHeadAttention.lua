@@ -59,7 +59,7 @@ function MHA:forward(x, opts)
   end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
   if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout then
+      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and not self:recording(x) then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       local y = fused_forward(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,

@@ -13,7 +13,7 @@ local M = {}
 -- file in attn/nn/ is added to these (see `source_files`).
 local MODULE_FILES = {
   "attn", "attn.tools.ldoc_core", "attn.tools.ldoc_tensor", "attn.viz", "attn.format", "attn.tools.progress",
-  "attn.tools.repl", "attn.tools.help", "attn.nn",
+  "attn.tools.repl", "attn.tools.help", "attn.nn", "attn.autograd",
 }
 
 -- "attn.nn.Linear:forward" and "Tensor:view" are named with dots throughout.

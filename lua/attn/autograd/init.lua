@@ -1,0 +1,652 @@
+--- Reverse-mode automatic differentiation, as PyTorch's autograd.
+-- A differentiable operation is an `autograd.Function{name, forward, backward}`
+-- (PyTorch's `torch.autograd.Function` style): called with an input that
+-- requires grad while grad mode is on, it records a node holding its context
+-- (the tensors its backward needs, saved with their versions) and the edges
+-- to the nodes (or leaves) that made its inputs. `t:backward()` walks the
+-- recorded graph from t in dependency order and accumulates into `.grad`.
+--
+-- Where the state lives: three weak-keyed tables keyed by tensor (never
+-- fields of the userdata, so tensors that never meet autograd pay nothing):
+--   history[t] = true for a leaf that requires grad, or the edge {node, slot}
+--                that produced t;
+--   grads[t]   = t.grad;
+--   view_base[t] = the tensor a recorded view was taken of.
+-- Versions live in C, on the storage: every in-place write bumps them
+-- (PyTorch's version counter), so a saved tensor changed after it was saved
+-- is an error at backward, naming the saving node and the writer.
+-- @module attn.autograd
+local core = require "attn.core"
+local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
+local version_of = core._version
+local raw_zeros, raw_ones = core.zeros, core.ones
+
+local M = {}
+
+local history = setmetatable({}, { __mode = "k" })
+local grads = setmetatable({}, { __mode = "k" })
+local view_base = setmetatable({}, { __mode = "k" })
+local parameters = setmetatable({}, { __mode = "k" })
+M._history, M._grads, M._parameters = history, grads, parameters
+
+local enabled = true
+
+local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+
+local function shape_str(sizes) return "[" .. table.concat(sizes, ", ") .. "]" end
+
+--- Whether operations record (grad mode).
+function M.is_grad_enabled() return enabled end
+
+--- Turn recording on or off; returns the previous setting.
+-- @param on boolean
+function M.set_grad_enabled(on)
+  if type(on) ~= "boolean" then
+    error("attn.set_grad_enabled: bad argument #1 'on' (expected a boolean, got " .. type(on) .. ")", 2)
+  end
+  local prev = enabled
+  enabled = on
+  return prev
+end
+
+-- Run fn(...) with grad mode set to `mode`, restoring it on return and on error.
+local function with_mode(mode, fname, fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    error(fname .. ": bad argument #1 'fn' (expected a function, got " .. type(fn) .. ")", 3)
+  end
+  local prev = enabled
+  enabled = mode
+  local r = table.pack(pcall(fn, ...))
+  enabled = prev
+  if not r[1] then error(r[2], 0) end
+  return table.unpack(r, 2, r.n)
+end
+
+--- Run fn(...) with recording off and return its results (torch.no_grad).
+-- Recording is restored when fn returns or raises.
+function M.no_grad(fn, ...) return with_mode(false, "attn.no_grad", fn, ...) end
+--- Run fn(...) with recording on (torch.enable_grad).
+function M.enable_grad(fn, ...) return with_mode(true, "attn.enable_grad", fn, ...) end
+
+-- ---------------------------------------------------------------- nodes ----
+
+--- A recorded operation (`t.grad_fn`): `node:name()` is PyTorch 1.13's name of
+-- the node for the same computation ("MmBackward0").
+local Node = {}
+Node.__index = Node
+Node.__name = "attn.autograd.Node"
+function Node:name() return self._name end
+function Node.__tostring(n) return "<" .. n._name .. ">" end
+--- The edges to the inputs' nodes: a list of `{node, slot}` pairs (node is
+-- "AccumulateGrad" for a leaf, nil for an input without gradient), as PyTorch's next_functions.
+function Node:next_functions()
+  local out = {}
+  for i, e in ipairs(self._edges) do
+    if e == false then out[i] = { nil, 0 }
+    elseif e.leaf then out[i] = { "AccumulateGrad", 0 }
+    else out[i] = { e.node, e.slot - 1 } end
+  end
+  return out
+end
+
+-- The context of one recorded call, handed to forward and backward.
+local Ctx = {}
+Ctx.__index = Ctx
+
+local RELEASED = {}
+
+--- Keep tensors for the backward; their versions are checked when read back.
+function Ctx:save_for_backward(...)
+  local n = select("#", ...)
+  local saved = { n = n }
+  local versions = {}
+  for i = 1, n do
+    local t = select(i, ...)
+    saved[i] = t
+    if is_tensor(t) then versions[i] = version_of(t) end
+  end
+  self._saved, self._versions = saved, versions
+end
+
+--- The saved tensors, in the order given. Raises when one was modified in
+-- place since it was saved, or when the graph was freed by an earlier backward.
+function Ctx:saved()
+  local saved = self._saved
+  if saved == RELEASED then
+    error("attn.autograd: trying to backward through the graph a second time (or to read saved tensors after "
+      .. "they have been freed): " .. self._node._name .. "'s saved tensors were freed by the first backward; "
+      .. "pass {retain_graph = true} to the first backward (or autograd.grad) to keep them", 0)
+  end
+  if saved == nil then return end
+  for i = 1, saved.n do
+    local t = saved[i]
+    if is_tensor(t) then
+      local v, writer = version_of(t)
+      if v ~= self._versions[i] then
+        error(("attn.autograd: a tensor of shape %s saved by %s for its backward was modified in place by %s "
+          .. "(it is at version %d; %s expected version %d): clone it before the in-place operation, or do "
+          .. "the operation out of place"):format(shape_str(t:size()), self._node._name, writer or "an in-place operation",
+          v, self._node._name, self._versions[i]), 0)
+      end
+    end
+  end
+  return table.unpack(saved, 1, saved.n)
+end
+
+--- Mark outputs (indices) that have no gradient.
+function Ctx:mark_non_differentiable(...)
+  self._nondiff = self._nondiff or {}
+  for i = 1, select("#", ...) do self._nondiff[select(i, ...)] = true end
+end
+
+-- the shared context of unrecorded calls: saves nothing, keeps nothing
+local NOCTX = setmetatable({ needs_input_grad = setmetatable({}, { __index = function() return false end }) }, {
+  __index = { save_for_backward = function() end, mark_non_differentiable = function() end,
+              saved = function() end },
+  __newindex = function() end,
+})
+
+-- ------------------------------------------------------------ recording ----
+
+local pack, unpack, select_, type_ = table.pack, table.unpack, select, type
+
+local function requires(x)
+  if history[x] then return true end
+  if type_(x) == "table" and getmetatable(x) == nil then
+    for _, y in ipairs(x) do if history[y] then return true end end
+  end
+  return false
+end
+
+-- the tensor inputs of a call: tensors in order, a plain list counting as its tensors
+local function flatten_inputs(n, ...)
+  local inputs = {}
+  for i = 1, n do
+    local a = select_(i, ...)
+    if is_tensor(a) then inputs[#inputs + 1] = a
+    elseif type_(a) == "table" and getmetatable(a) == nil then
+      for _, y in ipairs(a) do if is_tensor(y) then inputs[#inputs + 1] = y end end
+    end
+  end
+  return inputs
+end
+
+local function leaf_message(fname, what)
+  return fname .. ": " .. what .. " that requires grad is used in an in-place operation; autograd could not "
+    .. "compute its gradient. Do the update inside attn.no_grad (as optimizers do), or on a detached tensor"
+end
+
+--- Make a differentiable function from `{name, forward, backward[, dirty, view]}`.
+-- forward(ctx, ...) gets the caller's arguments and returns the outputs;
+-- backward(ctx, grad_1, ...) gets one gradient per differentiable output and
+-- returns one per tensor input (nil: none). `dirty`: forward modifies its first
+-- tensor argument in place and returns it. `view`: the output shares the
+-- first input's memory (in-place writes to it are refused while it has history).
+-- @param def table
+-- @return function
+function M.Function(def)
+  local forward, name = def.forward, def.name
+  assert(type(forward) == "function" and type(def.backward) == "function"
+    and (type(name) == "string" or type(name) == "function"),
+    "autograd.Function: name, forward and backward are required")
+  local dirty, is_view = def.dirty, def.view
+  local fname = def.fname or name
+  -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
+  local plain = def.raw or function(...) return forward(NOCTX, ...) end
+  return function(...)
+    if not enabled then return plain(...) end
+    local n = select_("#", ...)
+    local need = false
+    for i = 1, n do
+      if requires((select_(i, ...))) then need = true break end
+    end
+    if not need then
+      if dirty then
+        local self = ...
+        if view_base[self] and history[view_base[self]] then
+          error(fname .. ": in-place operation on a view of a tensor that requires grad; attn's autograd "
+            .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base", 2)
+        end
+      end
+      return plain(...)
+    end
+    local inputs = flatten_inputs(n, ...)
+    local ctx = setmetatable({ needs_input_grad = {} }, Ctx)
+    local edges, in_shapes = {}, {}
+    for i, x in ipairs(inputs) do
+      local h = history[x]
+      if h == true then edges[i] = { leaf = x }
+      elseif h then edges[i] = h
+      else edges[i] = false end
+      ctx.needs_input_grad[i] = h and true or false
+      if h then in_shapes[i] = x:size() end
+    end
+    if dirty then
+      local self = inputs[1]
+      if history[self] == true then error(leaf_message(fname, "a leaf tensor"), 2) end
+      if view_base[self] and history[view_base[self]] then
+        local base = view_base[self]
+        if history[base] == true then error(leaf_message(fname, "a view of a leaf tensor"), 2) end
+        error(fname .. ": in-place operation on a view of a tensor that requires grad; attn's autograd "
+          .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base", 2)
+      end
+    end
+    enabled = false
+    local r = pack(pcall(forward, ctx, ...))
+    enabled = true
+    if not r[1] then error(r[2], 0) end
+    local node = setmetatable({ _name = type_(name) == "function" and name(...) or name, _def = def, _ctx = ctx, _edges = edges, _in_shapes = in_shapes,
+                                _shapes = {} }, Node)
+    ctx._node = node
+    local nondiff = ctx._nondiff
+    local slots = 0
+    for i = 2, r.n do
+      local o = r[i]
+      if is_tensor(o) and not (nondiff and nondiff[o]) then
+        local is_input = false
+        if not dirty or o ~= inputs[1] then
+          for _, x in ipairs(inputs) do if x == o then is_input = true break end end
+        end
+        if not is_input then
+          slots = slots + 1
+          node._shapes[slots] = o:size()
+          history[o] = { node = node, slot = slots }
+          if is_view then view_base[o] = view_base[inputs[1]] or inputs[1] end
+        end
+      end
+    end
+    node._nout = slots
+    return unpack(r, 2, r.n)
+  end
+end
+
+--- `g` (a gradient of a broadcast result) summed back to `shape` (a size table).
+-- @param g tensor
+-- @param shape table of sizes
+function M.sum_to(g, shape)
+  local gs = g:size()
+  local nd, ng = #shape, #gs
+  if nd == ng then
+    local same = true
+    for i = 1, nd do if gs[i] ~= shape[i] then same = false break end end
+    if same then return g end
+  end
+  local lead = ng - nd
+  for _ = 1, lead do g = g:sum(1) end
+  for d = 1, nd do
+    if shape[d] == 1 and gs[lead + d] ~= 1 then g = g:sum(d, true) end
+  end
+  return g
+end
+
+-- ------------------------------------------------------------- backward ----
+
+local function same_shape(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+-- Accumulate g into the leaf x's .grad (a fresh tensor the first time, so
+-- that no two leaves share a gradient object).
+local function accumulate(x, g)
+  local old = grads[x]
+  if old == nil then
+    grads[x] = g:clone()
+  else
+    old:add_(g)
+  end
+end
+
+-- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
+-- their gradients. capture: nil (accumulate into leaves) or a table mapping
+-- leaf tensors and "node slot" keys to result positions, filled into results.
+local function run(fname, roots, root_grads, retain, capture, results)
+  -- discover the nodes reachable from the roots, counting the edges into each
+  local deps, order, seen = {}, {}, {}
+  local stack = {}
+  for _, t in ipairs(roots) do
+    local h = history[t]
+    if type_(h) == "table" and not seen[h.node] then
+      seen[h.node] = true
+      stack[#stack + 1] = h.node
+    end
+  end
+  while #stack > 0 do
+    local node = stack[#stack]
+    stack[#stack] = nil
+    order[#order + 1] = node
+    for _, e in ipairs(node._edges) do
+      if e and e.node then
+        deps[e.node] = (deps[e.node] or 0) + 1
+        if not seen[e.node] then
+          seen[e.node] = true
+          stack[#stack + 1] = e.node
+        end
+      end
+    end
+  end
+  local buffers = {}
+  local function add_to(node, slot, g)
+    local b = buffers[node]
+    if not b then b = {} buffers[node] = b end
+    local old = b[slot]
+    if old == nil then b[slot] = g else b[slot] = old + g end
+  end
+  for i, t in ipairs(roots) do
+    local h = history[t]
+    if h == true then
+      if capture then
+        local k = capture.leaves[t]
+        if k then results[k] = results[k] and results[k] + root_grads[i] or root_grads[i] end
+      else
+        accumulate(t, root_grads[i])
+      end
+    elseif h then
+      add_to(h.node, h.slot, root_grads[i])
+    end
+  end
+  local ready, tail = {}, 0
+  for _, node in ipairs(order) do
+    if not deps[node] then
+      tail = tail + 1
+      ready[tail] = node
+    end
+  end
+  local prev = enabled
+  enabled = false
+  local ok, err = pcall(function()
+    local head = 1
+    while ready[head] do
+      local node = ready[head]
+      ready[head] = nil
+      head = head + 1
+      local b = buffers[node] or {}
+      buffers[node] = nil
+      local gs = {}
+      for s = 1, node._nout do
+        gs[s] = b[s] or raw_zeros(node._shapes[s])
+        if capture then
+          local k = capture.slots[node] and capture.slots[node][s]
+          if k then results[k] = gs[s] end
+        end
+      end
+      local ctx = node._ctx
+      local r = pack(node._def.backward(ctx, unpack(gs, 1, node._nout)))
+      if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
+      for i, e in ipairs(node._edges) do
+        local g = r[i]
+        if e and g ~= nil then
+          if not is_tensor(g) then
+            error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
+              :format(node._name, type_(g), i), 0)
+          end
+          if not same_shape(g:size(), node._in_shapes[i]) then
+            error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
+              :format(node._name, shape_str(g:size()), i, shape_str(node._in_shapes[i])), 0)
+          end
+          if e.leaf then
+            if capture then
+              local k = capture.leaves[e.leaf]
+              if k then results[k] = results[k] and results[k] + g or g end
+            else
+              accumulate(e.leaf, g)
+            end
+          else
+            add_to(e.node, e.slot, g)
+          end
+        end
+        if e and e.node then
+          deps[e.node] = deps[e.node] - 1
+          if deps[e.node] == 0 then
+            tail = tail + 1
+            ready[tail] = e.node
+          end
+        end
+      end
+      if not retain and ctx._saved ~= nil then ctx._saved = RELEASED end
+    end
+  end)
+  enabled = prev
+  if not ok then
+    if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
+    error(err, 0)
+  end
+end
+
+local function check_grad_arg(fname, t, g, i)
+  if g == nil then
+    if t:numel() ~= 1 then
+      error(("%s: grad can be implicitly created only for one-element outputs (got shape %s); pass a gradient "
+        .. "of that shape"):format(fname, shape_str(t:size())), 3)
+    end
+    return raw_ones(t:size())
+  end
+  if not is_tensor(g) then
+    error(("%s: bad argument #%d 'gradient' (expected attn.Tensor or nil, got %s)"):format(fname, i, type_(g)), 3)
+  end
+  if not same_shape(g:size(), t:size()) then
+    error(("%s: bad argument #%d 'gradient' (expected shape %s, the output's, got %s)")
+      :format(fname, i, shape_str(t:size()), shape_str(g:size())), 3)
+  end
+  return g
+end
+
+local function check_retain(fname, opts, argn)
+  if opts == nil then return false end
+  if type_(opts) ~= "table" then
+    error(("%s: bad argument #%d 'opts' (expected a table such as {retain_graph = true}, got %s)")
+      :format(fname, argn, type_(opts)), 3)
+  end
+  for k in pairs(opts) do
+    if k ~= "retain_graph" then
+      error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected retain_graph)"):format(fname, argn,
+        tostring(k)), 3)
+    end
+  end
+  return opts.retain_graph and true or false
+end
+
+--- Accumulate the gradients of t into the `.grad` of the leaves it depends on.
+-- `gradient` defaults to 1 for a one-element t; `{retain_graph = true}` keeps
+-- the saved tensors for another backward.
+-- @param t tensor
+-- @param[opt] gradient tensor of t's shape
+-- @param[opt] opts table
+function M.backward(...)
+  local t, gradient, opts = ...
+  local fname = "Tensor:backward"
+  if select_("#", ...) > 3 then error(fname .. ": bad argument #4 (no more than 3 arguments expected)", 2) end
+  if not is_tensor(t) then error(fname .. ": bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
+  local retain = check_retain(fname, opts, 3)
+  if not history[t] then
+    error(fname .. ": the tensor does not require grad and has no grad_fn (no input of its computation "
+      .. "requires grad, or it was computed inside attn.no_grad)", 2)
+  end
+  gradient = check_grad_arg(fname, t, gradient, 2)
+  run(fname, { t }, { gradient }, retain)
+end
+
+local function as_list(x, fname, argn, what)
+  if is_tensor(x) then return { x }, true end
+  if type_(x) ~= "table" then
+    error(("%s: bad argument #%d '%s' (expected a tensor or a list of tensors, got %s)"):format(fname, argn, what,
+      type_(x)), 3)
+  end
+  for i, y in ipairs(x) do
+    if not is_tensor(y) then
+      error(("%s: bad argument #%d '%s' (element %d is a %s, expected attn.Tensor)"):format(fname, argn, what, i,
+        type_(y)), 3)
+    end
+  end
+  if #x == 0 then error(("%s: bad argument #%d '%s' (an empty list)"):format(fname, argn, what), 3) end
+  return x, false
+end
+
+--- The gradients of `outputs` w.r.t. `inputs` (tensors or lists), as a list,
+-- without touching any `.grad`: `autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph}]])`.
+function M.grad(...)
+  local outputs, inputs, grad_outputs, opts = ...
+  local fname = "attn.autograd.grad"
+  if select_("#", ...) > 4 then error(fname .. ": bad argument #5 (no more than 4 arguments expected)", 2) end
+  outputs = as_list(outputs, fname, 1, "outputs")
+  inputs = as_list(inputs, fname, 2, "inputs")
+  local retain = check_retain(fname, opts, 4)
+  local gos = {}
+  if grad_outputs ~= nil then
+    if is_tensor(grad_outputs) then grad_outputs = { grad_outputs } end
+    if type_(grad_outputs) ~= "table" then
+      error(fname .. ": bad argument #3 'grad_outputs' (expected a tensor, a list of tensors or nil, got "
+        .. type_(grad_outputs) .. ")", 2)
+    end
+  end
+  for i, t in ipairs(outputs) do
+    if not history[t] then
+      error(("%s: element %d of outputs does not require grad and has no grad_fn"):format(fname, i), 2)
+    end
+    gos[i] = check_grad_arg(fname, t, grad_outputs and grad_outputs[i], 3)
+  end
+  local capture, results = { leaves = {}, slots = {} }, {}
+  for i, x in ipairs(inputs) do
+    local h = history[x]
+    if h == nil then
+      error(("%s: element %d of inputs does not require grad (it is not part of a graph)"):format(fname, i), 2)
+    elseif h == true then capture.leaves[x] = i
+    else
+      capture.slots[h.node] = capture.slots[h.node] or {}
+      capture.slots[h.node][h.slot] = i
+    end
+  end
+  run(fname, outputs, gos, retain, capture, results)
+  for i = 1, #inputs do
+    if results[i] == nil then
+      error(("%s: element %d of inputs was not used to compute the outputs (its gradient would be undefined)")
+        :format(fname, i), 2)
+    end
+  end
+  return results
+end
+
+-- ------------------------------------------------------- tensor fields ----
+
+--- Mark a leaf as requiring grad (or not); returns it.
+function M.requires_grad_(...)
+  local t, on = ...
+  local fname = "Tensor:requires_grad_"
+  if select_("#", ...) > 2 then error(fname .. ": bad argument #3 (no more than 2 arguments expected)", 2) end
+  if not is_tensor(t) then error(fname .. ": bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
+  if on == nil then on = true end
+  if type_(on) ~= "boolean" then
+    error(fname .. ": bad argument #2 'requires_grad' (expected a boolean, got " .. type_(on) .. ")", 2)
+  end
+  local h = history[t]
+  if type_(h) == "table" then
+    error(fname .. ": you can only change requires_grad flags of leaf tensors" .. (on and "" or
+      "; to use a computed tensor without its history, use t:detach()"), 2)
+  end
+  history[t] = on or nil
+  return t
+end
+
+--- A tensor sharing t's storage, without history (never requires grad).
+function M.detach(...)
+  local t = ...
+  if select_("#", ...) > 1 then error("Tensor:detach: bad argument #2 (no more than 1 argument expected)", 2) end
+  if not is_tensor(t) then error("Tensor:detach: bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
+  return core._alias(t)
+end
+
+local fields = {
+  requires_grad = function(t) return history[t] ~= nil end,
+  is_leaf = function(t) return type_(history[t]) ~= "table" end,
+  grad_fn = function(t)
+    local h = history[t]
+    if type_(h) == "table" then return h.node end
+    return nil
+  end,
+  grad = function(t) return grads[t] end,
+}
+
+local raw_index, raw_newindex = core._index, core._newindex
+
+-- t[i] and t[{i, j}]: recorded as selects along the leading dims when t has history
+local function recorded_index(t, key)
+  local select = Tensor.select
+  if type_(key) == "number" then
+    if t:dim() == 1 then return raw_index(t, key) end
+    return select(t, 1, key)
+  end
+  if type_(key) == "table" and not is_tensor(key) then
+    local n = #key
+    if n >= t:dim() then return raw_index(t, key) end -- a number: no history, as for 1-D t[i]
+    for d = n, 1, -1 do t = select(t, d, key[d]) end
+    return t
+  end
+  return raw_index(t, key)
+end
+
+local function get_field(t, key)
+  if type_(key) ~= "string" then
+    if enabled and history[t] then return recorded_index(t, key) end
+    return raw_index(t, key)
+  end
+  local f = fields[key]
+  if f then return f(t) end
+  return nil
+end
+
+local function set_field(t, key, value)
+  if type_(key) ~= "string" then
+    if enabled and (history[t] or history[value] or (view_base[t] and history[view_base[t]])) then
+      error("attn.Tensor index assignment: assigning into a tensor that takes part in autograd (it or the "
+        .. "value requires grad) is not supported: build the result with attn.cat / attn.stack, or assign "
+        .. "inside attn.no_grad", 2)
+    end
+    return raw_newindex(t, key, value)
+  end
+  if key == "grad" then
+    if value ~= nil then
+      if not is_tensor(value) then
+        error("attn.Tensor field 'grad': expected an attn.Tensor or nil, got " .. type_(value), 2)
+      end
+      if not same_shape(value:size(), t:size()) then
+        error(("attn.Tensor field 'grad': the gradient's shape %s differs from the tensor's %s")
+          :format(shape_str(value:size()), shape_str(t:size())), 2)
+      end
+    end
+    grads[t] = value
+    return
+  end
+  if key == "requires_grad" then
+    if type_(value) ~= "boolean" then
+      error("attn.Tensor field 'requires_grad': expected a boolean, got " .. type_(value), 2)
+    end
+    M.requires_grad_(t, value)
+    return
+  end
+  return raw_newindex(t, key, value) -- its error: only integer indices can be assigned
+end
+
+core._set_field_handlers(get_field, set_field)
+
+--- Whether t is a module parameter (printed as `Parameter containing:`).
+function M.is_parameter(t) return parameters[t] == true end
+--- Mark t as a module parameter: it requires grad and prints as PyTorch's Parameter.
+function M.mark_parameter(t)
+  parameters[t] = true
+  if history[t] == nil then history[t] = true end
+  return t
+end
+
+--- The suffixes PyTorch's print adds for autograd ("grad_fn=<MmBackward0>", "requires_grad=True").
+function M.print_suffixes(t)
+  local h = history[t]
+  if type_(h) == "table" then
+    return { "grad_fn=<" .. (h.node._name:match("([^:]+)$")) .. ">" }
+  elseif h == true then
+    return { "requires_grad=True" }
+  end
+  return nil
+end
+
+return M
