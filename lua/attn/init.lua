@@ -111,6 +111,7 @@ local autograd = require "attn.autograd"
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
+require("attn.autograd.ops13").install(attn) -- clamp, var/std, where, gather, sort, ... (issue #13)
 attn.scaled_dot_product_attention = require("attn.autograd.attention").scaled_dot_product_attention
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad

@@ -51,7 +51,7 @@ local F = M.functions
 -- ---- elementwise ---------------------------------------------------------
 
 F.erf = autograd.Function {
-  name = "ErfBackward0",
+  name = "ErfBackward0", fname = "attn.erf", raw = core.erf,
   forward = function(ctx, x)
     ctx:save_for_backward(x)
     return core.erf(x)
@@ -63,7 +63,7 @@ F.erf = autograd.Function {
 }
 
 F.sin = autograd.Function {
-  name = "SinBackward0",
+  name = "SinBackward0", fname = "attn.sin", raw = core.sin,
   forward = function(ctx, x)
     ctx:save_for_backward(x)
     return core.sin(x)
@@ -75,7 +75,7 @@ F.sin = autograd.Function {
 }
 
 F.cos = autograd.Function {
-  name = "CosBackward0",
+  name = "CosBackward0", fname = "attn.cos", raw = core.cos,
   forward = function(ctx, x)
     ctx:save_for_backward(x)
     return core.cos(x)
@@ -91,7 +91,7 @@ F.cos = autograd.Function {
 -- number bounds (ClampBackward1): the gradient passes where min <= x <= max
 -- (bounds included, NaN excluded), as PyTorch's clamp_backward
 local clamp_numbers = autograd.Function {
-  name = "ClampBackward1",
+  name = "ClampBackward1", fname = "attn.clamp", raw = core.clamp,
   forward = function(ctx, x, lo, hi)
     ctx:save_for_backward(x)
     ctx.lo, ctx.hi = lo, hi
@@ -115,7 +115,7 @@ local clamp_numbers = autograd.Function {
 -- min <= x <= max; min's where x < min (and min < max); max's where x > max
 -- (or max < min); each summed to its input's shape
 local clamp_tensors = autograd.Function {
-  name = "ClampBackward0",
+  name = "ClampBackward0", fname = "attn.clamp", raw = core.clamp,
   forward = function(ctx, x, lo, hi)
     ctx.positions = tensor_positions(x, lo, hi)
     ctx:save_for_backward(x, lo, hi)
@@ -187,7 +187,7 @@ local function var_backward(grad, x, dim, keepdim, correction)
 end
 
 F.var = autograd.Function {
-  name = "VarBackward0",
+  name = "VarBackward0", fname = "attn.var", raw = core.var,
   forward = function(ctx, x, ...)
     ctx:save_for_backward(x)
     ctx.dim, ctx.keepdim, ctx.correction = moment_args(...)
@@ -201,7 +201,7 @@ F.var = autograd.Function {
 
 -- std_backward: var_backward of grad / (2 * result), 0 where result is 0
 F.std = autograd.Function {
-  name = "StdBackward0",
+  name = "StdBackward0", fname = "attn.std", raw = core.std,
   forward = function(ctx, x, ...)
     local result = core.std(x, ...)
     ctx:save_for_backward(x, result)
@@ -218,7 +218,7 @@ F.std = autograd.Function {
 -- ---- where, cumsum ---------------------------------------------------------
 
 F.where = autograd.Function {
-  name = "WhereBackward0",
+  name = "WhereBackward0", fname = "attn.where", raw = core.where,
   forward = function(ctx, cond, a, b)
     ctx.positions = tensor_positions(cond, a, b)
     ctx:save_for_backward(cond)
@@ -246,7 +246,7 @@ local function reversed(n)
 end
 
 F.cumsum = autograd.Function {
-  name = "CumsumBackward0",
+  name = "CumsumBackward0", fname = "attn.cumsum", raw = core.cumsum,
   forward = function(ctx, x, dim)
     ctx.dim = dim
     return core.cumsum(x, dim)
@@ -274,7 +274,7 @@ local function index_add(size, d, index, grad)
 end
 
 F.index_select = autograd.Function {
-  name = "IndexSelectBackward0",
+  name = "IndexSelectBackward0", fname = "attn.index_select", raw = core.index_select,
   forward = function(ctx, x, dim, index)
     ctx.positions = tensor_positions(x, dim, index)
     ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
@@ -287,7 +287,7 @@ F.index_select = autograd.Function {
 }
 
 F.gather = autograd.Function {
-  name = "GatherBackward0",
+  name = "GatherBackward0", fname = "attn.gather", raw = core.gather,
   forward = function(ctx, x, dim, index)
     ctx.positions = tensor_positions(x, dim, index)
     ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
@@ -314,6 +314,8 @@ end
 local function scatter_add_function(inplace)
   return autograd.Function {
     name = "ScatterAddBackward0",
+    fname = inplace and "Tensor:scatter_add_" or "attn.scatter_add",
+    raw = inplace and raw_method.scatter_add_ or core.scatter_add,
     dirty = inplace or nil,
     forward = function(ctx, self, dim, index, src)
       ctx.positions = tensor_positions(self, dim, index, src)
@@ -342,7 +344,7 @@ local function join_pieces(ctx, ...)
 end
 
 F.chunk = autograd.Function {
-  name = "SplitBackward0",
+  name = "SplitBackward0", fname = "attn.chunk", raw = core.chunk, view = true,
   forward = function(ctx, x, chunks, dim)
     ctx.size, ctx.dim = x:size(), dim
     return core.chunk(x, chunks, dim)
@@ -351,7 +353,7 @@ F.chunk = autograd.Function {
 }
 
 local split_size = autograd.Function {
-  name = "SplitBackward0",
+  name = "SplitBackward0", fname = "attn.split", raw = core.split, view = true,
   forward = function(ctx, x, size, dim)
     ctx.size, ctx.dim = x:size(), dim
     return core.split(x, size, dim)
@@ -360,7 +362,7 @@ local split_size = autograd.Function {
 }
 
 local split_sizes = autograd.Function {
-  name = "SplitWithSizesBackward0",
+  name = "SplitWithSizesBackward0", fname = "attn.split", raw = core.split, view = true,
   forward = function(ctx, x, sizes, dim)
     ctx.size, ctx.dim = x:size(), dim
     return core.split(x, sizes, dim)
@@ -378,7 +380,7 @@ end
 -- PyTorch runs it as an index_select (IndexSelectBackward0): the index is
 -- 1..n repeated as x's slices are
 F.repeat_interleave = autograd.Function {
-  name = "IndexSelectBackward0",
+  name = "IndexSelectBackward0", fname = "attn.repeat_interleave", raw = core.repeat_interleave,
   forward = function(ctx, x, repeats, dim)
     ctx.positions = tensor_positions(x, repeats, dim)
     ctx.size, ctx.dim = x:size(), dim
@@ -411,7 +413,7 @@ local function to_indices(ctx, grad)
 end
 
 F.topk = autograd.Function {
-  name = "TopkBackward0",
+  name = "TopkBackward0", fname = "attn.topk", raw = core.topk,
   forward = function(ctx, x, k, dim, ...)
     local values, indices = core.topk(x, k, dim, ...)
     ctx:mark_non_differentiable(indices)
@@ -423,7 +425,7 @@ F.topk = autograd.Function {
 }
 
 F.sort = autograd.Function {
-  name = "SortBackward0",
+  name = "SortBackward0", fname = "attn.sort", raw = core.sort,
   forward = function(ctx, x, dim, ...)
     local values, indices = core.sort(x, dim, ...)
     ctx:mark_non_differentiable(indices)
