@@ -107,6 +107,30 @@ describe("ops of issue #13 under autograd", function()
     C.fails(function() return x:scatter_add_(2, { { 1 } }, attn.ones(1, 1)) end, "scatter_add_")
   end)
 
+  it("clamp_ on a non-leaf records ClampBackward1 with clamp's gradient, and is refused on a leaf", function()
+    local c
+    for _, e in ipairs(G) do if e.name == "clamp" then c = e end end
+    local x = leaf(c.inputs.x)
+    local y = x * 1
+    assert.are.equal(y, y:clamp_(c.min, c.max))
+    assert.are.equal("ClampBackward1", y.grad_fn:name())
+    y:backward(T(c.g[1]))
+    C.close(x.grad, c.grads.x, RTOL, ATOL, "clamp_")
+    C.fails(function() return x:clamp_(0, 1) end, "Tensor:clamp_", "leaf")
+  end)
+
+  it("clamp_ and scatter_add_ bump the version: a saved tensor they change is an error at backward", function()
+    local x = attn.tensor({ 0.5, 2, -1 }, { requires_grad = true })
+    local y = x * 1
+    local z = y:sin()
+    y:clamp_(0, 1)
+    C.fails(function() z:sum():backward() end, "modified in place by Tensor:clamp_")
+    local w = x * 1
+    local v = w:cos()
+    w:scatter_add_(1, { 1 }, attn.ones(1))
+    C.fails(function() v:sum():backward() end, "modified in place by Tensor:scatter_add_")
+  end)
+
   it("the split pieces' gradients land in their part of x, zeros for pieces not used", function()
     local x = attn.zeros(2, 4, { requires_grad = true })
     local _, b = x:split(1, 1)

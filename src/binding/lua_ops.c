@@ -111,6 +111,7 @@ static int clamp(lua_State *L, int inplace, const char *fn) {
   }
   if (has_lo && attn_binary(ATTN_MAXIMUM, out, &lo, out) != ATTN_OK) attnL_core_error(L, fn);
   if (has_hi && attn_binary(ATTN_MINIMUM, out, &hi, out) != ATTN_OK) attnL_core_error(L, fn);
+  if (inplace) attnL_bump_version(L, 1, fn);
   return 1;
 }
 
@@ -287,6 +288,7 @@ static int scatter_add(lua_State *L, int inplace, const char *fn) {
     attn_unary(ATTN_COPY, self, out);
   }
   if (attn_scatter_add(out, d, index, 1, src) != ATTN_OK) attnL_core_error(L, fn);
+  if (inplace) attnL_bump_version(L, 1, fn);
   return 1;
 }
 

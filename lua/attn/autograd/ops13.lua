@@ -52,9 +52,9 @@ local F = M.functions
 
 F.erf = autograd.Function {
   name = "ErfBackward0", fname = "attn.erf", raw = core.erf,
-  forward = function(ctx, x)
+  forward = function(ctx, x, ...)
     ctx:save_for_backward(x)
-    return core.erf(x)
+    return core.erf(x, ...)
   end,
   backward = function(ctx, grad) -- 2 / sqrt(pi) * exp(-x^2) * grad
     local x = ctx:saved()
@@ -64,9 +64,9 @@ F.erf = autograd.Function {
 
 F.sin = autograd.Function {
   name = "SinBackward0", fname = "attn.sin", raw = core.sin,
-  forward = function(ctx, x)
+  forward = function(ctx, x, ...)
     ctx:save_for_backward(x)
-    return core.sin(x)
+    return core.sin(x, ...)
   end,
   backward = function(ctx, grad)
     local x = ctx:saved()
@@ -76,9 +76,9 @@ F.sin = autograd.Function {
 
 F.cos = autograd.Function {
   name = "CosBackward0", fname = "attn.cos", raw = core.cos,
-  forward = function(ctx, x)
+  forward = function(ctx, x, ...)
     ctx:save_for_backward(x)
-    return core.cos(x)
+    return core.cos(x, ...)
   end,
   backward = function(ctx, grad)
     local x = ctx:saved()
@@ -88,68 +88,70 @@ F.cos = autograd.Function {
 
 -- ---- clamp -----------------------------------------------------------------
 
--- number bounds (ClampBackward1): the gradient passes where min <= x <= max
--- (bounds included, NaN excluded), as PyTorch's clamp_backward
-local clamp_numbers = autograd.Function {
-  name = "ClampBackward1", fname = "attn.clamp", raw = core.clamp,
-  forward = function(ctx, x, lo, hi)
-    ctx:save_for_backward(x)
-    ctx.lo, ctx.hi = lo, hi
-    return core.clamp(x, lo, hi)
-  end,
-  backward = function(ctx, grad)
-    local x = ctx:saved()
-    local pass
-    if ctx.lo ~= nil and ctx.hi ~= nil then
-      pass = core.ge(x, ctx.lo) * core.le(x, ctx.hi)
-    elseif ctx.lo ~= nil then
-      pass = core.ge(x, ctx.lo)
-    else
-      pass = core.le(x, ctx.hi)
-    end
-    return autograd.sum_to(core.where(pass, grad, 0), x:size())
-  end,
-}
-
--- tensor bounds (ClampBackward0, clamp_backward_min_max): x's gradient where
--- min <= x <= max; min's where x < min (and min < max); max's where x > max
--- (or max < min); each summed to its input's shape
-local clamp_tensors = autograd.Function {
-  name = "ClampBackward0", fname = "attn.clamp", raw = core.clamp,
-  forward = function(ctx, x, lo, hi)
-    ctx.positions = tensor_positions(x, lo, hi)
-    ctx:save_for_backward(x, lo, hi)
-    ctx.lo, ctx.hi = lo, hi
-    return core.clamp(x, lo, hi)
-  end,
-  backward = function(ctx, grad)
-    local x = ctx:saved()
-    local lo, hi = ctx.lo, ctx.hi
-    local g = {}
-    if lo ~= nil and hi ~= nil then
-      g[1] = core.where(core.ge(x, lo) * core.le(x, hi), grad, 0)
-      g[2] = core.where(core.lt(x, lo) * core.lt(lo, hi), grad, 0)
-      g[3] = core.where(core.gt(x, hi) + core.lt(hi, lo), grad, 0) -- a logical or of 0/1 masks
-    elseif lo ~= nil then
-      g[1] = core.where(core.ge(x, lo), grad, 0)
-      g[2] = core.where(core.lt(x, lo), grad, 0)
-    else
-      g[1] = core.where(core.le(x, hi), grad, 0)
-      g[3] = core.where(core.gt(x, hi), grad, 0)
-    end
-    local args = { x, lo, hi }
-    local by_position = {}
-    for i = 1, 3 do
-      if g[i] and is_tensor(args[i]) then by_position[i] = autograd.sum_to(g[i], args[i]:size()) end
-    end
-    return per_input(ctx, by_position)
-  end,
-}
-
-function F.clamp(x, lo, hi, ...)
-  if is_tensor(lo) or is_tensor(hi) then return clamp_tensors(x, lo, hi, ...) end
-  return clamp_numbers(x, lo, hi, ...)
+-- PyTorch's clamp_backward (number bounds, ClampBackward1): x's gradient
+-- passes where min <= x <= max (bounds included, NaN excluded); with tensor
+-- bounds (ClampBackward0, clamp_backward_min_max) min's passes where x < min
+-- (and min < max), max's where x > max (or max < min); each is summed back to
+-- its input's shape. x is the input before the op (a copy for clamp_).
+local function clamp_backward(ctx, grad)
+  local x = ctx:saved()
+  local lo, hi = ctx.lo, ctx.hi
+  local g = {}
+  if lo ~= nil and hi ~= nil then
+    g[1] = core.where(core.ge(x, lo) * core.le(x, hi), grad, 0)
+    if is_tensor(lo) then g[2] = core.where(core.lt(x, lo) * core.lt(lo, hi), grad, 0) end
+    if is_tensor(hi) then g[3] = core.where(core.gt(x, hi) + core.lt(hi, lo), grad, 0) end -- or of 0/1 masks
+  elseif lo ~= nil then
+    g[1] = core.where(core.ge(x, lo), grad, 0)
+    if is_tensor(lo) then g[2] = core.where(core.lt(x, lo), grad, 0) end
+  else
+    g[1] = core.where(core.le(x, hi), grad, 0)
+    if is_tensor(hi) then g[3] = core.where(core.gt(x, hi), grad, 0) end
+  end
+  local sizes = { ctx.x_size, ctx.lo_size, ctx.hi_size }
+  local by_position = {}
+  for i = 1, 3 do
+    if g[i] and sizes[i] then by_position[i] = autograd.sum_to(g[i], sizes[i]) end
+  end
+  return per_input(ctx, by_position)
 end
+
+local function clamp_name(_, lo, hi)
+  return (is_tensor(lo) or is_tensor(hi)) and "ClampBackward0" or "ClampBackward1"
+end
+
+local function clamp_forward(ctx, x, lo, hi, ...)
+  ctx.positions = tensor_positions(x, lo, hi)
+  ctx.lo, ctx.hi = lo, hi
+  ctx.x_size = x:size()
+  ctx.lo_size = is_tensor(lo) and lo:size() or nil
+  ctx.hi_size = is_tensor(hi) and hi:size() or nil
+  return ctx
+end
+
+F.clamp = autograd.Function {
+  name = clamp_name, fname = "attn.clamp", raw = core.clamp,
+  forward = function(ctx, x, lo, hi, ...)
+    local r = core.clamp(x, lo, hi, ...) -- first: its argument errors name clamp
+    clamp_forward(ctx, x, lo, hi)
+    ctx:save_for_backward(x)
+    return r
+  end,
+  backward = clamp_backward,
+}
+
+F.clamp_ = autograd.Function {
+  name = clamp_name, fname = "Tensor:clamp_", raw = raw_method.clamp_, dirty = true,
+  forward = function(ctx, x, lo, hi, ...)
+    if not is_tensor(x) then return raw_method.clamp_(x, lo, hi, ...) end -- its error
+    local before = x:clone() -- x before it is overwritten
+    local r = raw_method.clamp_(x, lo, hi, ...)
+    clamp_forward(ctx, x, lo, hi)
+    ctx:save_for_backward(before)
+    return r
+  end,
+  backward = clamp_backward,
+}
 
 -- ---- var, std --------------------------------------------------------------
 
@@ -219,12 +221,13 @@ F.std = autograd.Function {
 
 F.where = autograd.Function {
   name = "WhereBackward0", fname = "attn.where", raw = core.where,
-  forward = function(ctx, cond, a, b)
+  forward = function(ctx, cond, a, b, ...)
+    local r = core.where(cond, a, b, ...)
     ctx.positions = tensor_positions(cond, a, b)
     ctx:save_for_backward(cond)
     ctx.a_size = is_tensor(a) and a:size() or nil
     ctx.b_size = is_tensor(b) and b:size() or nil
-    return core.where(cond, a, b)
+    return r
   end,
   backward = function(ctx, grad)
     local cond = ctx:saved()
@@ -247,9 +250,9 @@ end
 
 F.cumsum = autograd.Function {
   name = "CumsumBackward0", fname = "attn.cumsum", raw = core.cumsum,
-  forward = function(ctx, x, dim)
+  forward = function(ctx, x, dim, ...)
     ctx.dim = dim
-    return core.cumsum(x, dim)
+    return core.cumsum(x, dim, ...)
   end,
   backward = function(ctx, grad) -- PyTorch's reversed cumsum: grad.flip(d).cumsum(d).flip(d)
     if grad:numel() <= 1 or grad:dim() == 0 then return grad end
@@ -275,10 +278,11 @@ end
 
 F.index_select = autograd.Function {
   name = "IndexSelectBackward0", fname = "attn.index_select", raw = core.index_select,
-  forward = function(ctx, x, dim, index)
+  forward = function(ctx, x, dim, index, ...)
+    local r = core.index_select(x, dim, index, ...)
     ctx.positions = tensor_positions(x, dim, index)
     ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
-    return core.index_select(x, dim, index)
+    return r
   end,
   backward = function(ctx, grad)
     local d = positive_dim(ctx.dim, #ctx.size)
@@ -288,10 +292,11 @@ F.index_select = autograd.Function {
 
 F.gather = autograd.Function {
   name = "GatherBackward0", fname = "attn.gather", raw = core.gather,
-  forward = function(ctx, x, dim, index)
+  forward = function(ctx, x, dim, index, ...)
+    local r = core.gather(x, dim, index, ...)
     ctx.positions = tensor_positions(x, dim, index)
     ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
-    return core.gather(x, dim, index)
+    return r
   end,
   backward = function(ctx, grad) -- zeros(x):scatter_add_(dim, index, grad)
     return per_input(ctx, { raw_method.scatter_add_(core.zeros(ctx.size), ctx.dim, ctx.index, grad) })
@@ -317,12 +322,14 @@ local function scatter_add_function(inplace)
     fname = inplace and "Tensor:scatter_add_" or "attn.scatter_add",
     raw = inplace and raw_method.scatter_add_ or core.scatter_add,
     dirty = inplace or nil,
-    forward = function(ctx, self, dim, index, src)
+    forward = function(ctx, self, dim, index, src, ...)
+      local r
+      if inplace then r = raw_method.scatter_add_(self, dim, index, src, ...)
+      else r = core.scatter_add(self, dim, index, src, ...) end
       ctx.positions = tensor_positions(self, dim, index, src)
       ctx.dim, ctx.index = dim, index_tensor(index)
-      ctx.src_size = is_tensor(src) and src:size() or nil
-      if inplace then return raw_method.scatter_add_(self, dim, index, src) end
-      return core.scatter_add(self, dim, index, src)
+      ctx.src_size = src:size()
+      return r
     end,
     backward = function(ctx, grad) -- self: grad; src: grad.gather(dim, index)
       local by_position = { grad }
@@ -345,8 +352,10 @@ end
 
 F.chunk = autograd.Function {
   name = "SplitBackward0", fname = "attn.chunk", raw = core.chunk, view = true,
-  forward = function(ctx, x, chunks, dim)
-    ctx.size, ctx.dim = x:size(), dim
+  forward = function(ctx, x, chunks, dim, ...)
+    local n = select("#", ...) -- (an extra argument: the C function's error)
+    if n > 0 then return core.chunk(x, chunks, dim, ...) end
+    ctx.size, ctx.dim = is_tensor(x) and x:size() or nil, dim
     return core.chunk(x, chunks, dim)
   end,
   backward = join_pieces,
@@ -354,8 +363,9 @@ F.chunk = autograd.Function {
 
 local split_size = autograd.Function {
   name = "SplitBackward0", fname = "attn.split", raw = core.split, view = true,
-  forward = function(ctx, x, size, dim)
-    ctx.size, ctx.dim = x:size(), dim
+  forward = function(ctx, x, size, dim, ...)
+    if select("#", ...) > 0 then return core.split(x, size, dim, ...) end
+    ctx.size, ctx.dim = is_tensor(x) and x:size() or nil, dim
     return core.split(x, size, dim)
   end,
   backward = join_pieces,
@@ -363,8 +373,9 @@ local split_size = autograd.Function {
 
 local split_sizes = autograd.Function {
   name = "SplitWithSizesBackward0", fname = "attn.split", raw = core.split, view = true,
-  forward = function(ctx, x, sizes, dim)
-    ctx.size, ctx.dim = x:size(), dim
+  forward = function(ctx, x, sizes, dim, ...)
+    if select("#", ...) > 0 then return core.split(x, sizes, dim, ...) end
+    ctx.size, ctx.dim = is_tensor(x) and x:size() or nil, dim
     return core.split(x, sizes, dim)
   end,
   backward = join_pieces,
@@ -381,10 +392,10 @@ end
 -- 1..n repeated as x's slices are
 F.repeat_interleave = autograd.Function {
   name = "IndexSelectBackward0", fname = "attn.repeat_interleave", raw = core.repeat_interleave,
-  forward = function(ctx, x, repeats, dim)
+  forward = function(ctx, x, repeats, dim, ...)
+    local out = core.repeat_interleave(x, repeats, dim, ...)
     ctx.positions = tensor_positions(x, repeats, dim)
     ctx.size, ctx.dim = x:size(), dim
-    local out = core.repeat_interleave(x, repeats, dim)
     local n = dim == nil and x:numel() or x:size(dim)
     ctx.index = core.repeat_interleave(core.arange(1, n + 1), repeats)
     return out
@@ -436,9 +447,8 @@ F.sort = autograd.Function {
   backward = to_indices,
 }
 
--- Put the functions in place of the C ones: attn.name and Tensor.name (the
--- methods clamp_ is left to C: in place on a leaf that requires grad is the
--- engine's to refuse, and its gradient would be clamp's).
+-- Put the functions in place of the C ones: attn.name and Tensor.name, and the
+-- in-place methods clamp_ and scatter_add_.
 function M.install(attn)
   local Tensor = attn.Tensor
   for _, name in ipairs { "erf", "sin", "cos", "clamp", "var", "std", "cumsum", "index_select", "gather",
@@ -448,6 +458,7 @@ function M.install(attn)
   attn.where = F.where
   Tensor.where = M.where_method
   Tensor.scatter_add_ = F.scatter_add_
+  Tensor.clamp_ = F.clamp_
 end
 
 return M
