@@ -1,7 +1,7 @@
 -- Attention benchmarks, one JSON object per line (api.md section 5).
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
--- C_causal, mha, tiny (default: all). Each attention case runs every kernel
+-- C_causal, mha, tiny, tiny_train, decode, decode_gqa, window (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -133,31 +133,99 @@ if wanted("C_causal") then
   end
 end
 
+-- decode / decode_gqa: one query row against a long KV cache (api.md section 5);
+-- gbps = bytes of K and V / time, beside a membw line: the same bytes summed
+-- row-wise by one OpenBLAS sgemv (t [rows, 1024] times ones), the fastest plain
+-- sum attn has (t:sum() adds in one double chain: it times the adder, not memory)
+if wanted("decode") or wanted("decode_gqa") then
+  local b, hkv, lk, e = 1, 8, 65536, 64
+  attn.manual_seed(0)
+  local k, v = attn.randn(b, hkv, lk, e), attn.randn(b, hkv, lk, e)
+  local bytes = 2.0 * b * hkv * lk * e * 4
+  local flat = attn.randn(2 * b * hkv * lk * e // 1024, 1024)
+  local ones = attn.ones(1024, 1)
+  local ms = best_ms("membw", function() attn.matmul(flat, ones) end, opts.reps)
+  emit { case = "membw", kernel = "sgemv", b = b, h = hkv, lq = 0, lk = lk, e = e, causal = false, ms = ms,
+         gflops = 0.0, gbps = bytes / (ms * 1e6) }
+  for _, c in ipairs { { "decode", hkv, false }, { "decode_gqa", 4 * hkv, true } } do
+    if wanted(c[1]) then
+      local q = attn.randn(b, c[2], 1, e)
+      for _, kernel in ipairs { "math", "flash" } do
+        local run_ms = best_ms(c[1] .. " " .. kernel, function()
+          attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, enable_gqa = c[3] })
+        end, opts.reps)
+        emit { case = c[1], kernel = kernel, b = b, h = c[2], h_kv = hkv, lq = 1, lk = lk, e = e, causal = false,
+               ms = run_ms, gflops = 4.0 * b * c[2] * lk * e / (run_ms * 1e6), gbps = bytes / (run_ms * 1e6) }
+      end
+    end
+  end
+end
+
+-- window: B with a causal sliding window of 256 keys (window = {255, 0});
+-- gflops counted on the visible (query, key) pairs
+if wanted("window") then
+  local b, h, n, e, left = 1, 8, 4096, 64, 255
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local pairs = 0
+  for i = 0, n - 1 do pairs = pairs + math.min(i + 1, left + 1) end
+  for _, kernel in ipairs { "math", "flash" } do
+    local ms = best_ms("window " .. kernel, function()
+      attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, window = { left, 0 } })
+    end, opts.reps)
+    emit { case = "window", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = true, window = left,
+           ms = ms, gflops = 4.0 * b * h * pairs * e / (ms * 1e6), visible_pairs = pairs }
+  end
+end
+
 if wanted("mha") then
   attn.manual_seed(0)
   local b, n, d, h = 4, 1024, 768, 12
   local m = attn.nn.MultiHeadAttention(d, d, n, 0.0, h)
   m:eval()
   local x = attn.randn(b, n, d)
-  local ms = best_ms("mha", function() m(x) end, opts.reps)
+  local ms = best_ms("mha", function() attn.no_grad(m, x) end, opts.reps) -- inference: nothing recorded
   emit { case = "mha", kernel = "module", b = b, h = h, lq = n, lk = n, e = d // h, causal = true, ms = ms,
          gflops = 4.0 * b * h * n * n * (d // h) / (ms * 1e6) }
 end
 
-if wanted("tiny") then
-  local inputs = attn.rand(6, 3)
-  local batch = attn.stack({ inputs, inputs }, 1)
+-- the notebook modules at notebook size: tiny is the inference forward (under
+-- no_grad, nothing recorded); tiny_train is forward + backward with recording
+-- (us_per_call), with the recorded forward alone as fwd_us
+local function tiny_modules()
   attn.manual_seed(123)
-  for _, spec in ipairs {
+  return {
     { "CausalAttention", attn.nn.CausalAttention(3, 2, 6, 0.0) },
     { "MultiHeadAttention", attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2) },
-  } do
+  }
+end
+local tiny_batch = attn.stack({ attn.rand(6, 3), attn.rand(6, 3) }, 1)
+
+if wanted("tiny") then
+  for _, spec in ipairs(tiny_modules()) do
     local m = spec[2]
     local calls = 20000
     local us = best_ms("tiny " .. spec[1], function()
-      for _ = 1, calls do m(batch) end
+      attn.no_grad(function() for _ = 1, calls do m(tiny_batch) end end)
     end, opts.reps) * 1000 / calls
     emit { case = "tiny", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
            ms = us / 1000, us_per_call = us }
+  end
+end
+
+if wanted("tiny_train") then
+  for _, spec in ipairs(tiny_modules()) do
+    local m = spec[2]
+    local calls = 5000
+    local fwd_us = best_ms("tiny_train fwd " .. spec[1], function()
+      for _ = 1, calls do m(tiny_batch) end
+    end, opts.reps) * 1000 / calls
+    local us = best_ms("tiny_train " .. spec[1], function()
+      for _ = 1, calls do
+        m(tiny_batch):sum():backward()
+      end
+    end, opts.reps) * 1000 / calls
+    emit { case = "tiny_train", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
+           ms = us / 1000, us_per_call = us, fwd_us = fwd_us }
   end
 end

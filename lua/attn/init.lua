@@ -113,6 +113,7 @@ attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
 require("attn.autograd.ops13").install(attn) -- clamp, var/std, where, gather, sort, ... (issue #13)
 attn.scaled_dot_product_attention = require("attn.autograd.attention").scaled_dot_product_attention
+attn.rope = require("attn.autograd.rope").rope
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).

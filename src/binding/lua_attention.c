@@ -13,9 +13,12 @@
 static const char *const SDPA = "attn.scaled_dot_product_attention";
 static const char *const SIMPLE = "attn.simple_attention";
 
-static const char *const option_names[] = {"mask",         "bias",   "is_causal",  "scale", "dropout_p",
-                                           "need_weights", "kernel", "return_lse", NULL};
-#define OPTION_LIST "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse"
+static const char *const option_names[] = {"mask",         "bias",       "is_causal",  "scale",
+                                           "dropout_p",    "need_weights", "kernel",   "return_lse",
+                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", NULL};
+#define OPTION_LIST                                                                                     \
+  "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse, enable_gqa, window, " \
+  "alibi_slopes, softcap"
 
 /* Every key of the opts table at arg must be a known option name. */
 static void check_option_keys(lua_State *L, int arg) {
@@ -72,6 +75,44 @@ static double number_option(lua_State *L, int arg, const char *name, int *presen
   return r;
 }
 
+/* One side of opts.window: an integer >= -1 at index idx of the table on top. */
+static int64_t window_side(lua_State *L, int idx, const char *side) {
+  lua_geti(L, -1, idx);
+  int isint = 0;
+  lua_Integer n = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+  if (!isint) {
+    if (lua_type(L, -1) == LUA_TNUMBER)
+      attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %s)", side,
+                  lua_tostring(L, -1));
+    attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s of type %s)", side,
+                luaL_typename(L, -1));
+  }
+  if (n < -1)
+    attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %I)", side,
+                (LUA_INTEGER)n);
+  lua_pop(L, 1);
+  return (int64_t)n;
+}
+
+/* opts.window = {left, right} into o. */
+static void window_option(lua_State *L, int arg, attn_sdpa_opts *o) {
+  lua_getfield(L, arg, "window");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1) || attnL_test(L, -1)) {
+      char buf[64];
+      attnL_error(L, SDPA, "bad option 'window' (expected a table {left, right}, got %s)",
+                  attnL_typename(L, -1, buf, sizeof buf));
+    }
+    if (luaL_len(L, -1) != 2)
+      attnL_error(L, SDPA, "bad option 'window' (expected a table {left, right} of 2 integers, got %I entries)",
+                  (LUA_INTEGER)luaL_len(L, -1));
+    o->has_window = 1;
+    o->window_left = window_side(L, 1, "left");
+    o->window_right = window_side(L, 2, "right");
+  }
+  lua_pop(L, 1);
+}
+
 /* Run the kernel on tensors q, k, v with opts, pushing out (and weights,
  * and lse). attn_sdpa_run makes the core's one choice for "auto", as for
  * the modules (the fused kernel unless the weights are asked for or the
@@ -80,7 +121,7 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
                int need_weights, int return_lse, attn_sdpa_kernel kernel) {
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
-  if (attn_sdpa_shape(q, k, v, o->mask, o->bias, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
+  if (attn_sdpa_out_shape(q, k, v, o, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fname);
   attn_tensor *w = NULL;
   if (need_weights) {
@@ -88,11 +129,17 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     w = attnL_push_uninit(L, ndim, size, fname);
   }
   o->lse = return_lse ? attnL_push_uninit(L, ndim - 1, size, fname) : NULL;
+  int dropout_holder = 0;
   if (o->dropout_p > 0.0) {
-    /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
-    o->dropout_draw = attn_rng_u32(attnL_generator(L));
+    /* as torch's dropout of the weights [B..., Lq, Lk] (-1: more than int64 counts, with an empty v) */
+    int64_t numel = k->size[k->ndim - 2];
+    for (int d = 0; d < ndim - 1 && numel >= 0; d++)
+      if (__builtin_mul_overflow(numel, size[d], &numel)) numel = -1;
+    o->dropout_draw = attnL_draw_dropout(L, o->dropout_p, numel, fname);
+    dropout_holder = 1;
   }
   if (attn_sdpa_run(kernel, q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
+  lua_pop(L, dropout_holder);
   return 1 + need_weights + return_lse;
 }
 
@@ -115,6 +162,19 @@ static int l_sdpa(lua_State *L) {
     o.is_causal = bool_option(L, 4, "is_causal");
     need_weights = bool_option(L, 4, "need_weights");
     return_lse = bool_option(L, 4, "return_lse");
+    o.enable_gqa = bool_option(L, 4, "enable_gqa");
+    window_option(L, 4, &o);
+    o.alibi_slopes = tensor_option(L, 4, "alibi_slopes"); /* stays on the stack */
+    int have_cap;
+    double cap = number_option(L, 4, "softcap", &have_cap);
+    if (have_cap) {
+      if (!(cap > 0.0 && cap <= (double)FLT_MAX) || !((float)cap > 0.0f)) {
+        char got[64];
+        snprintf(got, sizeof got, "%.9g", cap);
+        attnL_error(L, SDPA, "bad option 'softcap' (expected a number > 0, finite in float32, got %s)", got);
+      }
+      o.softcap = (float)cap;
+    }
     scale = number_option(L, 4, "scale", &have_scale);
     /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
@@ -163,7 +223,29 @@ static int l_simple(lua_State *L) {
   return run(L, SIMPLE, x, x, x, &o, 0, 0, ATTN_SDPA_MATH);
 }
 
+static const char *const ALIBI = "attn.alibi_slopes";
+
+/* attn.alibi_slopes(H): the ALiBi paper's head slopes [H]. */
+static int l_alibi_slopes(lua_State *L) {
+  attnL_check_nargs(L, 1, ALIBI);
+  int isint = 0;
+  lua_Integer h = lua_type(L, 1) == LUA_TNUMBER ? lua_tointegerx(L, 1, &isint) : 0;
+  if (!isint || h < 1 || h > (1 << 24)) {
+    char got[64];
+    if (lua_type(L, 1) == LUA_TNUMBER)
+      snprintf(got, sizeof got, "%s", lua_tostring(L, 1));
+    else
+      snprintf(got, sizeof got, "%s", luaL_typename(L, 1));
+    attnL_error(L, ALIBI, "bad argument #1 'H' (expected an integer head count in [1, 16777216], got %s)", got);
+  }
+  int64_t size[1] = {(int64_t)h};
+  attn_tensor *t = attnL_push_uninit(L, 1, size, ALIBI);
+  attn_alibi_slopes((int64_t)h, t->data);
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
+    {"alibi_slopes", l_alibi_slopes},
     {"scaled_dot_product_attention", l_sdpa},
     {"simple_attention", l_simple},
     {NULL, NULL},

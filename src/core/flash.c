@@ -54,6 +54,7 @@
 
 #include "cpu.h"
 #include "flash.h"
+#include "flash_decode.h"
 #include "rng.h"
 #include "threads.h"
 
@@ -195,6 +196,8 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
 
   int64_t nb = attn_sizes_product(c.p.nbatch, c.p.batch);
   if (nb == 0 || c.p.lq == 0 || (c.p.ev == 0 && !c.p.lse)) return ATTN_OK;
+  /* a few query rows against many keys: split across the keys (src/core/flash_decode.c) */
+  if (attn_flash_decode_applies(&c.p)) return attn_flash_decode(&c.p, out);
 
   /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;

@@ -83,6 +83,81 @@ attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const at
   return ATTN_OK;
 }
 
+attn_status attn_sdpa_gqa_view(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, const attn_tensor *kv,
+                               attn_tensor *view, int64_t *group) {
+  char b1[200], b2[200], b3[200];
+  if (q->ndim < 3 || k->ndim < 3 || v->ndim < 3)
+    return attn_fail(ATTN_ESHAPE,
+                     "enable_gqa needs a head dim (dim -3) in q, k and v ([..., H, L, E]), got q %s, k %s, v %s",
+                     attn_shape_str(q, b1, sizeof b1), attn_shape_str(k, b2, sizeof b2),
+                     attn_shape_str(v, b3, sizeof b3));
+  int64_t hq = q->size[q->ndim - 3], hk = k->size[k->ndim - 3], hv = v->size[v->ndim - 3];
+  if (hk != hv)
+    return attn_fail(ATTN_ESHAPE, "enable_gqa: k %s and v %s differ in their head count (dim -3: %lld ~= %lld)",
+                     attn_shape_str(k, b1, sizeof b1), attn_shape_str(v, b2, sizeof b2), (long long)hk,
+                     (long long)hv);
+  if (hk < 1 || hq % hk != 0)
+    return attn_fail(ATTN_ESHAPE,
+                     "enable_gqa: the query heads must be a multiple of the kv heads (dim -3), got q %s with %lld and "
+                     "k %s with %lld",
+                     attn_shape_str(q, b1, sizeof b1), (long long)hq, attn_shape_str(k, b2, sizeof b2), (long long)hk);
+  *view = *kv;
+  view->size[kv->ndim - 3] = hq;
+  view->stride[kv->ndim - 3] = 0;
+  *group = hq / hk > 0 ? hq / hk : 1;
+  return ATTN_OK;
+}
+
+attn_status attn_sdpa_out_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                const attn_sdpa_opts *opts, int *ndim, int64_t *size) {
+  if (!opts->enable_gqa) return attn_sdpa_shape(q, k, v, opts->mask, opts->bias, ndim, size);
+  attn_tensor kg, vg;
+  int64_t g;
+  attn_status st = attn_sdpa_gqa_view(q, k, v, k, &kg, &g);
+  if (st == ATTN_OK) st = attn_sdpa_gqa_view(q, k, v, v, &vg, &g);
+  if (st != ATTN_OK) return st;
+  return attn_sdpa_shape(q, &kg, &vg, opts->mask, opts->bias, ndim, size);
+}
+
+/* The window and the ALiBi slopes of opts into p (after its batch shape is
+ * known): window sizes >= -1, softcap >= 0, slopes [H] or [B, H]. */
+static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_problem *p) {
+  char b1[200], b2[200];
+  p->window_left = p->window_right = -1;
+  if (opts->has_window) {
+    if (opts->window_left < -1 || opts->window_right < -1)
+      return attn_fail(ATTN_EARG, "window sizes must be >= -1 (-1 = unbounded), got {%lld, %lld}",
+                       (long long)opts->window_left, (long long)opts->window_right);
+    /* a side wider than every key is unbounded: so i + d -+ size never overflows */
+    p->window_left = opts->window_left > p->lq + p->lk ? -1 : opts->window_left;
+    p->window_right = opts->window_right > p->lq + p->lk ? -1 : opts->window_right;
+  }
+  if (!(opts->softcap >= 0.0f) || isinf(opts->softcap))
+    return attn_fail(ATTN_EARG, "softcap must be a finite number > 0 (0 = none), got %g", (double)opts->softcap);
+  p->softcap = opts->softcap;
+  const attn_tensor *sl = opts->alibi_slopes;
+  if (sl) {
+    int nb = p->nbatch;
+    int ok = (sl->ndim == 1 || sl->ndim == 2) && nb >= sl->ndim && sl->size[sl->ndim - 1] == p->batch[nb - 1] &&
+             (sl->ndim == 1 || sl->size[0] == p->batch[nb - 2]);
+    if (!ok) {
+      if (nb < 1)
+        return attn_fail(ATTN_ESHAPE, "alibi_slopes needs q with a head dim ([..., H, Lq, E]), got alibi_slopes %s",
+                         attn_shape_str(sl, b1, sizeof b1));
+      if (nb < 2)
+        return attn_fail(ATTN_ESHAPE, "alibi_slopes must be [H] = [%lld], got %s", (long long)p->batch[nb - 1],
+                         attn_shape_str(sl, b1, sizeof b1));
+      return attn_fail(ATTN_ESHAPE, "alibi_slopes must be [H] = [%lld] or [B, H] = %s, got %s",
+                       (long long)p->batch[nb - 1], attn_sizes_str(2, p->batch + nb - 2, b2, sizeof b2),
+                       attn_shape_str(sl, b1, sizeof b1));
+    }
+    attn_status st = attn_expand(sl, nb, p->batch, &p->alibi);
+    if (st != ATTN_OK) return st;
+    p->has_alibi = 1;
+  }
+  return ATTN_OK;
+}
+
 static int check_out(const attn_tensor *t, int nb, const int64_t *batch, int64_t r, int64_t cols) {
   if (t->ndim != nb + 2 || !attn_is_contiguous(t)) return 0;
   for (int d = 0; d < nb; d++)
@@ -103,6 +178,15 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
                                const attn_sdpa_opts *opts, attn_sdpa_problem *p) {
   int ondim;
   int64_t osize[ATTN_MAX_DIMS];
+  attn_tensor kg, vg; /* k and v seen with q's head count (enable_gqa) */
+  int64_t group = 1;
+  if (opts->enable_gqa) {
+    attn_status sg = attn_sdpa_gqa_view(q, k, v, k, &kg, &group);
+    if (sg == ATTN_OK) sg = attn_sdpa_gqa_view(q, k, v, v, &vg, &group);
+    if (sg != ATTN_OK) return sg;
+  }
+  const attn_tensor *k_real = k, *v_real = v;
+  if (opts->enable_gqa) k = &kg, v = &vg;
   attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
@@ -129,6 +213,12 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
   p->is_causal = opts->is_causal;
   p->dropout_p = opts->dropout_p;
   p->dropout_draw = opts->dropout_draw;
+  p->gqa_group = group;
+  if (opts->enable_gqa) {
+    p->k_head_stride = k_real->stride[k_real->ndim - 3];
+    p->v_head_stride = v_real->stride[v_real->ndim - 3];
+  }
+  if ((st = describe_variants(opts, p)) != ATTN_OK) return st;
   /* with E = 0 no score is scaled (the default 1/sqrt(0) is inf) */
   if (p->e > 0 && !isfinite(opts->scale))
     return attn_fail(ATTN_EARG, "scale must be finite in float32, got %g", (double)opts->scale);
@@ -190,8 +280,13 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->scale = scale;
   p->is_causal = is_causal;
   p->dropout_p = 0.0; /* the tiny path draws its dropout factors itself (positions over the whole batch) */
-  p->dropout_draw = 0;
+  p->dropout_draw = (attn_dropout_draw){0, NULL};
   p->lse = NULL;
+  p->gqa_group = 1;
+  p->k_head_stride = p->v_head_stride = 0;
+  p->window_left = p->window_right = -1;
+  p->has_alibi = 0;
+  p->softcap = 0.0f;
 }
 
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -228,11 +323,99 @@ static int64_t slice_offset(const attn_sdpa_problem *p, const attn_tensor *t, in
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s) {
   s->bi = bi;
   s->q = p->q.data + slice_offset(p, &p->q, bi);
-  /* a GQA head map (query head h reads kv head h / g) changes only these two */
   s->k = p->k.data + slice_offset(p, &p->k, bi);
   s->v = p->v.data + slice_offset(p, &p->v, bi);
+  if (p->gqa_group > 1 || p->k_head_stride || p->v_head_stride) {
+    /* GQA: the head dim of k and v has stride 0 in p; query head h reads kv head h / g */
+    int64_t kvh = (bi % p->batch[p->nbatch - 1]) / p->gqa_group;
+    s->k += kvh * p->k_head_stride;
+    s->v += kvh * p->v_head_stride;
+  }
+  s->alibi_slope = p->has_alibi ? p->alibi.data[slice_offset(p, &p->alibi, bi)] : 0.0f;
   s->mask = p->has_mask ? p->mask.data + slice_offset(p, &p->mask, bi) : NULL;
   s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
+}
+
+/* The score modifications' vector loops. Cloned per instruction set (the
+ * best one runs, chosen by the loader): the same IEEE operations in any
+ * width (no FMA contraction: -ffp-contract=off), so the same bits whatever
+ * runs them, and ATTN_CPU need not choose. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTN_NO_CLONES)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+static inline float tanh_rational(float x) {
+  const float clamp = 7.90531110763549805f;
+  float xc = x > clamp ? clamp : (x < -clamp ? -clamp : x);
+  float x2 = xc * xc;
+  float num = -2.76076847742355e-16f;
+  num = num * x2 + 2.00018790482477e-13f;
+  num = num * x2 + -8.60467152213735e-11f;
+  num = num * x2 + 5.12229709037114e-08f;
+  num = num * x2 + 1.48572235717979e-05f;
+  num = num * x2 + 6.37261928875436e-04f;
+  num = num * x2 + 4.89352455891786e-03f;
+  num = num * xc;
+  float den = 1.19825839466702e-06f;
+  den = den * x2 + 1.18534705686654e-04f;
+  den = den * x2 + 2.26843463243900e-03f;
+  den = den * x2 + 4.89352518554385e-03f;
+  float t = num / den;
+  return fabsf(x) < 0.0004f ? x : t;
+}
+
+float attn_sdpa_tanh(float x) { return tanh_rational(x); }
+
+VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs) {
+  if (rs == 1 && ni > 1) {
+    for (int64_t c = 0; c < nk; c++) {
+      float *col = s + c * cs;
+#pragma omp simd
+      for (int64_t r = 0; r < ni; r++) col[r] = cap * tanh_rational(col[r] / cap);
+    }
+  } else {
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c * cs] = cap * tanh_rational(row[c * cs] / cap);
+    }
+  }
+}
+
+VECTOR_CLONES void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, int64_t nk, float *s, int64_t rs,
+                                        int64_t cs) {
+  if (rs == 1 && ni > 1) {
+    for (int64_t c = 0; c < nk; c++) {
+      float *col = s + c * cs;
+      float d0 = (float)(dist - c);
+#pragma omp simd
+      for (int64_t r = 0; r < ni; r++) col[r] = col[r] + -slope * fabsf(d0 + (float)(int)r);
+    }
+  } else {
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+      float d0 = (float)(dist + r);
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c * cs] = row[c * cs] + -slope * fabsf(d0 - (float)(int)c);
+    }
+  }
+}
+
+/* Slope j (0-based) of n heads, n a power of 2: start^(j + 1) with start =
+ * 2^(-8/n), written as the reference's start * ratio**j. */
+static double alibi_power_of_2(int64_t n, int64_t j) {
+  double start = pow(2.0, -pow(2.0, -(log2((double)n) - 3.0)));
+  return start * pow(start, (double)j);
+}
+
+void attn_alibi_slopes(int64_t h, float *out) {
+  int64_t p2 = 1;
+  while (p2 * 2 <= h) p2 *= 2;
+  /* the p2 slopes of p2 heads, then the even-indexed (0, 2, ...) of 2 p2 heads */
+  for (int64_t i = 0; i < h; i++)
+    out[i] = (float)(i < p2 ? alibi_power_of_2(p2, i) : alibi_power_of_2(2 * p2, 2 * (i - p2)));
 }
 
 const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights) {

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "tensor.h"
 
 typedef struct attn_sdpa_opts {
@@ -31,10 +32,21 @@ typedef struct attn_sdpa_opts {
   const attn_tensor *mask;    /* NULL, or [..., Lq, Lk] broadcastable; nonzero = hidden */
   const attn_tensor *bias;    /* NULL, or [..., Lq, Lk] broadcastable; added to the scaled scores */
   double dropout_p;           /* in [0, 1); 0 = no dropout */
-  uint32_t dropout_draw;      /* the one 32-bit draw of this call when dropout_p > 0 */
+  attn_dropout_draw dropout_draw; /* this call's draw (rng.h, attn_dropout_draw_from over the weights
+                                     [B..., Lq, Lk]) when dropout_p > 0 */
   attn_tensor *lse;           /* output: NULL, or contiguous [B..., Lq] that gets each row's log-sum-exp:
                                  max + log(sum exp(s - max)) of its scores after bias and masking (before
                                  dropout), natural log; -inf for a row with no visible key */
+  /* the variants (issue #15); attn_sdpa_defaults leaves them all off */
+  int enable_gqa;             /* k and v may have fewer heads (dim -3) than q: Hq = g Hkv, query head h
+                                 (0-based) reads kv head h / g, in place */
+  int has_window;             /* window_left/right below apply */
+  int64_t window_left, window_right; /* bottom-right aligned (d = Lk - Lq): query i sees key j iff
+                                 i + d - left <= j <= i + d + right; -1 = unbounded on that side */
+  const attn_tensor *alibi_slopes; /* NULL, or [H] or [B, H] (H: q's dim -3, B: the dim before it): adds
+                                 -slope |i + d - j| to the scaled score */
+  float softcap;              /* 0 = none, else > 0: s = softcap tanh(s / softcap) on the scaled score,
+                                 before bias, ALiBi and masking */
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
@@ -52,8 +64,16 @@ typedef struct attn_sdpa_problem {
   float scale;
   int is_causal;
   double dropout_p;
-  uint32_t dropout_draw;
+  attn_dropout_draw dropout_draw;
   attn_tensor *lse;                /* NULL or [B..., Lq], contiguous */
+  /* the variants (see attn_sdpa_opts); off: gqa_group 1, window -1 -1, no alibi, softcap 0 */
+  int64_t gqa_group;               /* query heads per kv head; k and v are then expanded with a stride-0
+                                      head dim, and k_head_stride / v_head_stride step their real heads */
+  int64_t k_head_stride, v_head_stride;
+  int64_t window_left, window_right; /* -1 = unbounded (also when no window was asked for) */
+  attn_tensor alibi;               /* when has_alibi: the slopes expanded to [B...] */
+  int has_alibi;
+  float softcap;
 } attn_sdpa_problem;
 
 /* Validate the operands (shapes, mask of 0 and 1 only, dropout_p, scale,
@@ -82,12 +102,24 @@ attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const 
 attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_tensor *mask, const attn_tensor *bias, int *ndim, int64_t *size);
 
+/* k (or v) of a GQA call seen with q's head count: a view whose dim -3 has
+ * Hq entries of stride 0, and the group g = Hq / Hkv. ATTN_ESHAPE unless q,
+ * k and v have a head dim (at least 3 dims), k and v the same head count,
+ * and Hq a multiple of it. name: "k" or "v", for the message. */
+attn_status attn_sdpa_gqa_view(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, const attn_tensor *kv,
+                               attn_tensor *view, int64_t *group);
+
+/* attn_sdpa_shape with the options that change shapes (enable_gqa). */
+attn_status attn_sdpa_out_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                const attn_sdpa_opts *opts, int *ndim, int64_t *size);
+
 /* One (batch, head) slice bi of the flattened batch: its operands' first
  * elements (mask and bias NULL when absent). Row and column strides are the
  * problem's (attn_sdpa_row_stride / attn_sdpa_col_stride). */
 typedef struct attn_sdpa_slice {
   int64_t bi;
   const float *q, *k, *v, *mask, *bias;
+  float alibi_slope;          /* the slice's ALiBi slope (0 without ALiBi) */
 } attn_sdpa_slice;
 
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s);
@@ -104,11 +136,18 @@ typedef struct attn_key_range {
   int64_t begin, end;
 } attn_key_range;
 
-/* The visible keys of query row i: all of them, or [0, i + 1) under causal
- * masking (top-left aligned), clipped to [0, Lk). */
+/* The visible keys of query row i: all of them, cut to [0, i + 1) under
+ * causal masking (top-left aligned) and to [i + d - left, i + d + right] by a
+ * window (bottom-right aligned, d = Lk - Lq), clipped to [0, Lk). An empty
+ * range has end = begin. Both ends never decrease with i (the union and
+ * intersection helpers below rely on it). */
 static inline attn_key_range attn_sdpa_row_keys(const attn_sdpa_problem *p, int64_t i) {
   attn_key_range r = {0, p->lk};
   if (p->is_causal && i + 1 < r.end) r.end = i + 1;
+  int64_t diag = i + p->lk - p->lq; /* the key on query i's bottom-right diagonal */
+  if (p->window_left >= 0 && diag - p->window_left > r.begin) r.begin = diag - p->window_left;
+  if (p->window_right >= 0 && diag + p->window_right + 1 < r.end) r.end = diag + p->window_right + 1;
+  if (r.end < r.begin) r.end = r.begin; /* begin < Lk always (diag < Lk); max of nondecreasing ends */
   return r;
 }
 
@@ -137,15 +176,50 @@ static inline void attn_sdpa_load_q(const attn_sdpa_problem *p, const attn_sdpa_
     for (int64_t d = 0; d < p->e; d++) dst[r * rs + d * cs] = sl->q[(i0 + r) * sq0 + d * sq1] * scale;
 }
 
+/* tanh in float32 for the softcap (src/core/sdpa.c): a rational
+ * approximation (Eigen's float tanh, odd degree 13 over even degree 6) on x
+ * clamped to +-7.905 (where tanh is 1 - 3e-7), x itself below 4e-4. Max
+ * error 4.1e-7, absolute and relative, against double tanh over every float
+ * in [-12, 12] (worst near |x| = 5.8); NaN stays NaN. */
+float attn_sdpa_tanh(float x);
+
+/* s = cap tanh(s / cap) over an [ni, nk] tile (strides rs, cs), along its
+ * contiguous direction (rows for flash's transposed tiles, columns for the
+ * math kernel's), vectorised: glibc's tanhf (1 ulp) made the flash kernel
+ * 6.5x slower on case A's shapes. Only IEEE +, *, / and compares, so every
+ * vector width gives the same bits. */
+void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs);
+
+/* s += -slope |dist + r - c| over an [ni, nk] tile (dist = i + d - j at its
+ * first element), along its contiguous direction. The distance is an exact
+ * float32 integer below 2^24 keys (beyond: rounded, as a float32 reference's). */
+void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs);
+
 /* The score tile of query rows [i0, i0 + ni) and keys [k0, k0 + nk) of slice
  * sl, score (i0 + r, k0 + c) at s[r * rs + c * cs] (row-major for the math
- * kernel, transposed for flash): adds the bias, and sets -inf where the mask
- * hides a key or the key is outside the row's visible range. */
+ * kernel, transposed for flash), in this order: softcap (s = c tanh(s / c)),
+ * adds the bias, adds the ALiBi term -slope |i + d - j| (d = Lk - Lq), and
+ * sets -inf where the mask hides a key or the key is outside the row's
+ * visible range (causal, window: attn_sdpa_row_keys).
+ *
+ * What a backward must do for each modification, from dS' (the gradient of
+ * the modified score, P * (dP - D) as without variants), row by row:
+ *  - hidden (mask, causal, window) entries: P = 0 there, so dS' = 0: nothing;
+ *  - bias: dbias += dS' (summed over broadcast dims);
+ *  - ALiBi: a constant of the scores: nothing (slopes are not differentiated);
+ *  - softcap: s' = c tanh(s / c) has ds'/ds = 1 - tanh^2(s / c) = 1 - (s' / c)^2,
+ *    so dS = dS' (1 - (s'/c)^2), with s' the capped score before bias and
+ *    ALiBi (recompute it from q k^T scale; the bias must not enter the
+ *    derivative); dq, dk then come from dS as without softcap;
+ *  - GQA: dk and dv of kv head h / g are the sums over the g query heads
+ *    that read it (the problem's k/v have a stride-0 head dim of Hq, their
+ *    real head strides are k_head_stride / v_head_stride). */
 static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_sdpa_slice *sl, int64_t i0, int64_t ni,
                                          int64_t k0, int64_t nk, float *s, int64_t rs, int64_t cs) {
   int64_t sb0 = 0, sb1 = 0, sm0 = 0, sm1 = 0;
   if (sl->bias) sb0 = attn_sdpa_row_stride(p, &p->bias), sb1 = attn_sdpa_col_stride(p, &p->bias);
   if (sl->mask) sm0 = attn_sdpa_row_stride(p, &p->mask), sm1 = attn_sdpa_col_stride(p, &p->mask);
+  if (p->softcap > 0.0f) attn_sdpa_softcap_tile(p->softcap, ni, nk, s, rs, cs);
   for (int64_t r = 0; r < ni; r++) {
     int64_t i = i0 + r;
     float *si = s + r * rs;
@@ -153,6 +227,11 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
       const float *b = sl->bias + i * sb0 + k0 * sb1;
       for (int64_t c = 0; c < nk; c++) si[c * cs] = si[c * cs] + b[c * sb1];
     }
+  }
+  if (p->has_alibi) attn_sdpa_alibi_tile(sl->alibi_slope, i0 + p->lk - p->lq - k0, ni, nk, s, rs, cs);
+  for (int64_t r = 0; r < ni; r++) {
+    int64_t i = i0 + r;
+    float *si = s + r * rs;
     if (sl->mask) {
       const float *m = sl->mask + i * sm0 + k0 * sm1;
       for (int64_t c = 0; c < nk; c++)
@@ -164,6 +243,12 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
     for (int64_t c = ve < 0 ? 0 : ve; c < nk; c++) si[c * cs] = -INFINITY;
   }
 }
+
+/* The ALiBi paper's slopes of h heads into out [h], as its reference
+ * get_slopes (in double, then rounded): for h a power of 2, 2^(-8/h) to the
+ * powers 1..h; else those of the largest power of 2 below h, followed by the
+ * odd-numbered ones (1st, 3rd, ...) of twice that power. */
+void attn_alibi_slopes(int64_t h, float *out);
 
 /* The log-sum-exp of a row from its max and its sum of exp(s - max). */
 static inline float attn_sdpa_lse_of(float max, double sum) {

@@ -18,20 +18,70 @@ local M = {}
 
 local function is_tensor(x) return getmetatable(x) == Tensor_mt end
 
+-- k or v [..., Hkv, Lk, E] with each head repeated g times in place
+-- (repeat_interleave on dim -3, as enable_gqa reads them): expand + reshape,
+-- so the gradient sums the g query heads' back into each kv head.
+local function repeat_heads(x, hq)
+  local size = x:size()
+  local n = #size
+  local g = hq // size[n - 2]
+  if g == 1 then return x end
+  local wide = {}
+  for d = 1, n - 3 do wide[#wide + 1] = size[d] end
+  wide[#wide + 1] = size[n - 2]
+  wide[#wide + 1] = g
+  wide[#wide + 1] = size[n - 1]
+  wide[#wide + 1] = size[n]
+  local out = {}
+  for d = 1, n - 3 do out[#out + 1] = size[d] end
+  out[#out + 1] = hq
+  out[#out + 1] = size[n - 1]
+  out[#out + 1] = size[n]
+  return x:unsqueeze(n - 1):expand(wide):reshape(out)
+end
+
+-- j - i - d for every (query i, key j) [lq, lk], d = lk - lq (no grad)
+local function diagonal_offsets(lq, lk)
+  local i = raw.view(raw.arange(0, lq), lq, 1)
+  local j = raw.view(raw.arange(0, lk), 1, lk)
+  return raw.sub(raw.sub(j, i), lk - lq)
+end
+
 -- The attention as tensor ops (every op recorded when grad mode is on):
--- scores = q k^T * scale (+ bias), hidden (mask nonzero, or above the
--- diagonal when causal) -> -inf, a row with every key hidden -> zeros.
+-- q, k, v with the kv heads repeated (enable_gqa); scores = q k^T * scale,
+-- softcap c tanh(s / c), + bias, + ALiBi -slope |i + d - j|; hidden (mask
+-- nonzero, above the diagonal when causal, outside the window) -> -inf, a row
+-- with every key hidden -> zeros. The variants' meaning is src/core/sdpa.h's.
 function M.composed(q, k, v, bias, opts)
   local attn = require "attn"
   local E, lq, lk = q:size(-1), q:size(-2), k:size(-2)
   local scale = opts.scale or 1 / math.sqrt(E)
+  if opts.enable_gqa then
+    k, v = repeat_heads(k, q:size(-3)), repeat_heads(v, q:size(-3))
+  end
   local s = attn.matmul(q, k:transpose(-1, -2)) * scale
+  if opts.softcap then s = (s / opts.softcap):tanh() * opts.softcap end
   if bias then s = s + bias end
+  if opts.alibi_slopes then
+    local slopes = opts.alibi_slopes
+    local shape = slopes:size()
+    shape[#shape + 1], shape[#shape + 2] = 1, 1
+    s = s + raw.mul(raw.neg(raw.view(slopes, shape)), raw.abs(diagonal_offsets(lq, lk)))
+  end
   local hidden
   if opts.mask ~= nil then hidden = raw.bool(opts.mask) end
   if opts.is_causal then
     local causal = raw.triu(raw.ones(lq, lk), 1)
     hidden = hidden and raw.bool(hidden + causal) or causal
+  end
+  if opts.window then
+    local left, right = opts.window[1], opts.window[2]
+    local off = diagonal_offsets(lq, lk)
+    local outside = raw.zeros(lq, lk)
+    if left >= 0 then outside = raw.add(outside, raw.lt(off, -left)) end
+    if right >= 0 then outside = raw.add(outside, raw.gt(off, right)) end
+    outside = raw.bool(outside)
+    hidden = hidden and raw.bool(hidden + outside) or outside
   end
   local empty_rows
   if hidden then
@@ -53,7 +103,8 @@ local recorded = autograd.Function{
   name = function(q) return out_name(q) end,
   fname = "attn.scaled_dot_product_attention",
   forward = function(ctx, q, k, v, bias, opts)
-    local rng = opts and (opts.dropout_p or 0) > 0 and raw.get_rng_state() or nil
+    local dp = type(opts) == "table" and opts.dropout_p
+    local rng = type(dp) == "number" and dp > 0 and raw.get_rng_state() or nil -- (bad options: the C call's error)
     local r = table.pack(raw.scaled_dot_product_attention(q, k, v, opts))
     ctx.rng, ctx.opts = rng, opts or {}
     ctx:save_for_backward(q, k, v, bias or nil)
