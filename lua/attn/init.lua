@@ -111,6 +111,7 @@ local autograd = require "attn.autograd"
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
+require("attn.autograd.ops13").install(attn) -- clamp, var/std, where, gather, sort, ... (issue #13)
 require("attn.sdpa_autograd").install(attn) -- the C backward of both kernels (src/core/sdpa_backward.c)
 attn.rope = require("attn.autograd.rope").rope
 --- Run fn(...) with recording off and return its results (torch.no_grad).

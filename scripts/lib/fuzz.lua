@@ -614,6 +614,111 @@ method_op("equal", 1, function(S, self) return maybe(S, 0.85, shaped_like, self)
 method_op("matmul", 1, function(S) return maybe(S, 0.9, pool_tensor) end)
 method_op("dot", 1, function(S) return maybe(S, 0.9, pool_tensor) end)
 
+-- the ops of issue #13 (src/binding/lua_ops.c): bounds, dims, indices in and
+-- out of range, as tables and as tensors
+local function size_at(t, d)
+  if not attn.is_tensor(t) or math.type(d) ~= "integer" or d == 0 or d < -t:dim() or d > t:dim() then return 3 end
+  return t:size(d)
+end
+local function one_index(S, n)
+  if S.r.chance(0.95) then return S.r.int(1, math.max(n, 1)) end
+  return S.r.pick({ 0, -1, n + 1, 1.5, 0 / 0, math.huge, "x" })
+end
+-- a (nested) list of indices of shape `shape`, or a tensor of it
+local function index_for(S, n, shape)
+  local function build(k)
+    local list = {}
+    for i = 1, math.min(shape[k] or 0, 6) do list[i] = k == #shape and one_index(S, n) or build(k + 1) end
+    return list
+  end
+  if #shape == 0 or S.r.chance(0.05) then return anyval(S) end
+  local list = build(1)
+  if S.r.chance(0.5) then
+    local ok, t = pcall(attn.tensor, list)
+    if ok then return t end
+  end
+  return list
+end
+local function self_shape(S, self)
+  if not attn.is_tensor(self) then return { 2, 2 } end
+  local sizes = self:size()
+  for i = 1, #sizes do if S.r.chance(0.3) then sizes[i] = S.r.int(0, sizes[i] + 1) end end
+  return sizes
+end
+local function bound(S, self)
+  local r = S.r
+  if r.chance(0.3) then return nil end
+  if r.chance(0.6) then return gen_number(S) end
+  return maybe(S, 0.85, shaped_like, self)
+end
+method_op("clamp", 2, function(S, self) return bound(S, self), bound(S, self) end)
+method_op("clamp_", 1, function(S, self) return bound(S, self), bound(S, self) end)
+for _, name in ipairs { "var", "std" } do
+  method_op(name, 2, function(S, self)
+    local r = S.r
+    local opts = r.chance(0.5) and { unbiased = r.chance(0.5) } or (r.chance(0.1) and anyval(S) or nil)
+    if r.chance(0.3) then return opts end
+    return dim_for(S, self), r.chance(0.7) and r.chance(0.5) or anyval(S), opts
+  end)
+end
+fn_op("where", 2, function(S)
+  local c = pool_tensor(S)
+  local function side() return S.r.chance(0.4) and gen_number(S) or maybe(S, 0.85, shaped_like, c) end
+  return maybe(S, 0.9, shaped_like, c), side(), side()
+end)
+method_op("where", 1, function(S, self) return maybe(S, 0.9, shaped_like, self), maybe(S, 0.9, shaped_like, self) end)
+method_op("cumsum", 2, function(S, self) return dim_for(S, self) end)
+method_op("index_select", 2, function(S, self)
+  local d = dim_for(S, self)
+  return d, index_for(S, size_at(self, d), { S.r.int(0, 5) })
+end)
+method_op("gather", 2, function(S, self)
+  local d = dim_for(S, self)
+  return d, index_for(S, size_at(self, d), self_shape(S, self))
+end)
+method_op("scatter_add_", 1, function(S, self)
+  local d = dim_for(S, self)
+  local shape = self_shape(S, self)
+  return d, index_for(S, size_at(self, d), shape), S.r.chance(0.9) and fresh(S, shape) or anyval(S)
+end)
+method_op("chunk", 2, function(S, self)
+  return S.r.chance(0.85) and S.r.int(1, 5) or anyval(S), maybe(S, 0.9, dim_for, self)
+end)
+method_op("split", 2, function(S, self)
+  local r = S.r
+  local d = dim_for(S, self)
+  local arg = r.int(0, 4)
+  if r.chance(0.4) then -- sizes: mostly summing to the dim's size
+    local n, left = size_at(self, d), size_at(self, d)
+    arg = {}
+    while left > 0 and #arg < 6 do arg[#arg + 1] = r.int(0, left); left = left - arg[#arg] end
+    if r.chance(0.2) then arg[#arg + 1] = r.pick({ 1, -1, 0.5, "x" }) end
+    if n == 0 and r.chance(0.5) then arg = {} end
+  elseif r.chance(0.1) then
+    arg = anyval(S)
+  end
+  return arg, d
+end)
+method_op("repeat_interleave", 2, function(S, self)
+  local r = S.r
+  if r.chance(0.4) then return r.chance(0.9) and r.int(0, 3) or r.pick({ -1, 1.5, 0 / 0 }) end
+  local d = dim_for(S, self)
+  local reps = {}
+  for i = 1, size_at(self, d) % 7 do reps[i] = r.chance(0.95) and r.int(0, 3) or r.pick({ -1, 0.5 }) end
+  if r.chance(0.2) then reps = { r.int(0, 3) } end
+  if r.chance(0.4) then reps = attn.tensor(reps) end
+  return reps, d
+end)
+method_op("topk", 2, function(S, self)
+  local r = S.r
+  local d = dim_for(S, self)
+  local k = r.chance(0.9) and r.int(0, size_at(self, d) + 1) or anyval(S)
+  return k, d, r.chance(0.9) and r.chance(0.5) or anyval(S), r.chance(0.9) and r.chance(0.5) or anyval(S)
+end)
+for _, name in ipairs { "sort", "argsort" } do
+  method_op(name, 2, function(S, self) return dim_for(S, self), S.r.chance(0.9) and S.r.chance(0.5) or anyval(S) end)
+end
+
 -- huge expanded views (no memory behind them): what must refuse rather than
 -- allocate or build billions of Lua values
 local HUGE_VIEW_METHODS = { "totable", "clone", "contiguous", "exp", "view", "reshape", "size", "select", "narrow",

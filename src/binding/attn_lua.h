@@ -123,5 +123,8 @@ void attnL_push_dropout_draw(lua_State *L, attn_dropout_draw d, int holder);
  * numel elements (-1: more than int64 counts); raises "bad argument"/"bad
  * option" naming `what` otherwise. The keep flags stay owned by the value at idx. */
 attn_dropout_draw attnL_check_dropout_draw(lua_State *L, int idx, int64_t numel, const char *fname, const char *what);
+/* clamp, var/std, where, cumsum, index_select, gather, scatter_add_, chunk, split,
+ * repeat_interleave, topk, sort, argsort (lua_ops.c); after attnL_open_tensor. */
+void attnL_open_ops(lua_State *L);
 
 #endif

@@ -73,6 +73,9 @@
   UNARY(SIGMOID, "sigmoid", sigmoid_f(x), NULL, ATTN_OPF_DIFF, "self: grad * result * (1 - result)")                   \
   UNARY(RELU, "relu", x > 0.0f ? x : (x != x ? x : 0.0f), NULL, ATTN_OPF_DIFF, "self: grad where result > 0, else 0")  \
   UNARY(RECIPROCAL, "reciprocal", 1.0f / x, NULL, ATTN_OPF_DIFF, "self: -grad * result * result")                      \
+  UNARY(ERF, "erf", erff(x), NULL, ATTN_OPF_DIFF, "self: grad * 2 / sqrt(pi) * exp(-self * self)")                   \
+  UNARY(SIN, "sin", sinf(x), NULL, ATTN_OPF_DIFF, "self: grad * cos(self)")                                           \
+  UNARY(COS, "cos", cosf(x), NULL, ATTN_OPF_DIFF, "self: -grad * sin(self)")                                          \
   REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                                    \
          "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")                    \
   REDUCE(MEAN, "mean", AVERAGE, 0, NULL, ATTN_OPF_DIFF,                                                                \

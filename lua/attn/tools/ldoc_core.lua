@@ -424,4 +424,136 @@
 -- @usage attn.rope(q, {style = "half"})
 -- @function rope
 
+-- ---- the ops of issue #13 (src/binding/lua_ops.c, erf/sin/cos in src/core/op_table.h) ----
+
+--- The error function of t elementwise: 2/sqrt(pi) times the integral of e^(-u^2) from 0 to t.
+-- @param t tensor
+-- @function erf
+
+--- sin(t) elementwise (radians).
+-- @param t tensor
+-- @function sin
+
+--- cos(t) elementwise (radians).
+-- @param t tensor
+-- @function cos
+
+--- t limited to [min, max] elementwise: min(max(t, min), max), NaN kept, as torch.clamp. Either
+-- bound may be nil (not both); a bound is a number or a tensor broadcast with t (the result
+-- takes the broadcast shape). When min > max every element becomes max. `t:clamp_(min, max)`
+-- works in place (tensor bounds must broadcast to t's shape).
+-- @param t tensor
+-- @param[opt] min a number, a tensor or nil
+-- @param[opt] max a number, a tensor or nil
+-- @usage x:clamp(0, 1); x:clamp(nil, 6); x:clamp_(-1, 1)
+-- @function clamp
+
+--- The variance of t: of every element (a 0-dim tensor), or along dim (keepdim keeps it as size
+-- 1). Unbiased (divided by n - 1) unless `{unbiased = false}` (divided by n), as torch.var;
+-- NaN when n - 1 <= 0. Summed in double in two passes.
+-- @param t tensor
+-- @param[opt] dim a dim (1-based, negative from the end)
+-- @param[opt=false] keepdim boolean
+-- @param[opt] options `{unbiased = true}`
+-- @usage x:var(); x:var(2, true); x:var(-1, {unbiased = false}); x:var{unbiased = false}
+-- @function var
+
+--- The standard deviation of t (the square root of `var`, with the same arguments).
+-- @param t tensor
+-- @param[opt] dim a dim
+-- @param[opt=false] keepdim boolean
+-- @param[opt] options `{unbiased = true}`
+-- @function std
+
+--- Elements of `input` where `condition` is nonzero, else of `other`, as torch.where: the three
+-- broadcast together; input and other may be numbers. `t:where(condition, other)` is
+-- `attn.where(condition, t, other)`.
+-- @param condition tensor (nonzero = take input)
+-- @param input a tensor or a number
+-- @param other a tensor or a number
+-- @usage attn.where(scores:gt(0), scores, 0)
+-- @function where
+
+--- The running sum of t along dim (required): element i is the sum of elements 1..i, summed in
+-- double and rounded once, as PyTorch on CPU.
+-- @param t tensor
+-- @param dim a dim
+-- @function cumsum
+
+--- The slices of t along dim at the given 1-based indices, in their order (repeats allowed):
+-- `x:index_select(1, {3, 1})` is rows 3 and 1. A bad index is an error naming its value, its
+-- position and the valid range.
+-- @param t tensor
+-- @param dim a dim
+-- @param index a 1-D tensor of integer values or a Lua list of integers (1-based)
+-- @function index_select
+
+--- Values of t picked along dim by an index of t's rank, as torch.gather (1-based):
+-- `out[i][j] = t[index[i][j]][j]` for dim 1, `t[i][index[i][j]]` for dim 2. The index may be
+-- smaller than t in every dim but dim; the result has its shape.
+-- @param t tensor
+-- @param dim a dim
+-- @param index a tensor of integer values or a nested Lua table (1-based)
+-- @usage probs:gather(2, labels:unsqueeze(2))
+-- @function gather
+
+--- A copy of t with src added at the positions index gives along dim, as torch.scatter_add:
+-- `out[index[i][j]][j] += src[i][j]` for dim 1, repeated indices accumulating in order.
+-- `t:scatter_add_(dim, index, src)` adds in place and returns t.
+-- @param t tensor
+-- @param dim a dim
+-- @param index a tensor of integer values or a nested Lua table (1-based), of t's rank, no larger
+-- than src anywhere and than t but along dim
+-- @param src tensor
+-- @function scatter_add
+
+--- t cut along dim into `chunks` views of ceil(n / chunks) elements (the last smaller; fewer
+-- pieces when n is small), as torch.chunk; returned as multiple values: `local q, k, v =
+-- qkv:chunk(3, -1)`. Views share t's memory.
+-- @param t tensor
+-- @param chunks a positive integer
+-- @param[opt=1] dim a dim
+-- @function chunk
+
+--- t cut along dim into views of `size` elements (the last smaller), or of the sizes of a list
+-- (which must sum to the size of dim), as torch.split; returned as multiple values.
+-- @param t tensor
+-- @param size a non-negative integer, or a list of them
+-- @param[opt=1] dim a dim
+-- @usage local a, b = x:split({1, 3}, 2)
+-- @function split
+
+--- Each slice of t along dim repeated: `repeats` a count for all, or one count per slice (a
+-- 1-D tensor or a list); without dim, t is flattened first, as torch.repeat_interleave.
+-- @param t tensor
+-- @param repeats a non-negative integer, a tensor or a list of them
+-- @param[opt] dim a dim
+-- @usage attn.tensor{1, 2}:repeat_interleave(2) --> {1, 1, 2, 2}
+-- @function repeat_interleave
+
+--- The k largest (or smallest) elements of t along dim and their 1-based indices, as
+-- torch.topk, ties in PyTorch 1.13's order; NaN counts as the largest. 0 <= k <= the size of dim.
+-- @param t tensor
+-- @param k an integer
+-- @param[opt=-1] dim a dim
+-- @param[opt=true] largest boolean
+-- @param[opt=true] sorted boolean: in order (else in PyTorch's unspecified order)
+-- @return values, indices
+-- @function topk
+
+--- t sorted along dim, and the 1-based indices the values came from, as torch.sort: equal
+-- values come in the order PyTorch 1.13 gives them on CPU (its sort is not stable); NaN sorts
+-- as the largest value.
+-- @param t tensor
+-- @param[opt=-1] dim a dim
+-- @param[opt=false] descending boolean
+-- @return values, indices
+-- @function sort
+
+--- The indices of `sort` alone.
+-- @param t tensor
+-- @param[opt=-1] dim a dim
+-- @param[opt=false] descending boolean
+-- @function argsort
+
 return {}

@@ -133,4 +133,23 @@
 -- @param[opt=1] std
 -- @function Tensor:normal_
 
+-- ---- the ops of issue #13 (src/binding/lua_ops.c) ----
+
+--- t limited to [min, max] in place (see attn.clamp); returns t.
+-- @param[opt] min a number, a tensor (broadcast to t's shape) or nil
+-- @param[opt] max a number, a tensor or nil
+-- @function Tensor:clamp_
+
+--- Adds src into t at the positions index gives along dim, in place (see attn.scatter_add);
+-- returns t.
+-- @param dim a dim
+-- @param index a tensor of integer values or a nested Lua table (1-based)
+-- @param src tensor
+-- @function Tensor:scatter_add_
+
+--- `attn.where(condition, t, other)`: t where condition is nonzero, else other.
+-- @param condition tensor
+-- @param other a tensor or a number
+-- @function Tensor:where
+
 return {}
