@@ -107,8 +107,18 @@ $(BUILD)/%.lua: lua/%.lua
 	@mkdir -p $(dir $@)
 	cp $< $@
 
+# the core alone, from C (tests/core_test.c links $(CORE_LIB) as a C program would)
+CORE_TEST := $(BUILD)/core_test
+$(CORE_TEST): tests/core_test.c $(CORE_LIB) $(wildcard src/core/*.h)
+	$(CC) $(CORE_CFLAGS) -Isrc/core tests/core_test.c -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
+	  -o $@ -fopenmp -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+test-core: $(CORE_TEST)
+	@$(CORE_TEST)
+.PHONY: test-core
+
 test: deps
 	@$(MAKE) -s all
+	@$(MAKE) -s test-core
 	@scripts/run-specs
 
 demo: deps

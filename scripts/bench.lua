@@ -1,7 +1,7 @@
 -- Attention benchmarks, one JSON object per line (api.md section 5).
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
--- C_causal, mha, tiny, train_gpt (default: all). Each attention case runs every kernel
+-- C_causal, mha, tiny, tiny_train, train_gpt (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -139,26 +139,49 @@ if wanted("mha") then
   local m = attn.nn.MultiHeadAttention(d, d, n, 0.0, h)
   m:eval()
   local x = attn.randn(b, n, d)
-  local ms = best_ms("mha", function() m(x) end, opts.reps)
+  local ms = best_ms("mha", function() attn.no_grad(m, x) end, opts.reps) -- inference: nothing recorded
   emit { case = "mha", kernel = "module", b = b, h = h, lq = n, lk = n, e = d // h, causal = true, ms = ms,
          gflops = 4.0 * b * h * n * n * (d // h) / (ms * 1e6) }
 end
 
-if wanted("tiny") then
-  local inputs = attn.rand(6, 3)
-  local batch = attn.stack({ inputs, inputs }, 1)
+-- the notebook modules at notebook size: tiny is the inference forward (under
+-- no_grad, nothing recorded); tiny_train is forward + backward with recording
+-- (us_per_call), with the recorded forward alone as fwd_us
+local function tiny_modules()
   attn.manual_seed(123)
-  for _, spec in ipairs {
+  return {
     { "CausalAttention", attn.nn.CausalAttention(3, 2, 6, 0.0) },
     { "MultiHeadAttention", attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2) },
-  } do
+  }
+end
+local tiny_batch = attn.stack({ attn.rand(6, 3), attn.rand(6, 3) }, 1)
+
+if wanted("tiny") then
+  for _, spec in ipairs(tiny_modules()) do
     local m = spec[2]
     local calls = 20000
     local us = best_ms("tiny " .. spec[1], function()
-      for _ = 1, calls do m(batch) end
+      attn.no_grad(function() for _ = 1, calls do m(tiny_batch) end end)
     end, opts.reps) * 1000 / calls
     emit { case = "tiny", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
            ms = us / 1000, us_per_call = us }
+  end
+end
+
+if wanted("tiny_train") then
+  for _, spec in ipairs(tiny_modules()) do
+    local m = spec[2]
+    local calls = 5000
+    local fwd_us = best_ms("tiny_train fwd " .. spec[1], function()
+      for _ = 1, calls do m(tiny_batch) end
+    end, opts.reps) * 1000 / calls
+    local us = best_ms("tiny_train " .. spec[1], function()
+      for _ = 1, calls do
+        m(tiny_batch):sum():backward()
+      end
+    end, opts.reps) * 1000 / calls
+    emit { case = "tiny_train", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
+           ms = us / 1000, us_per_call = us, fwd_us = fwd_us }
   end
 end
 

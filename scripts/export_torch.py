@@ -2,10 +2,16 @@
 """PyTorch weights to and from safetensors files for attn (torch 1.13 + NumPy;
 no safetensors package needed: the format is written and read here).
 
-    /usr/bin/python3 scripts/export_torch.py module.pt out.safetensors
+    /usr/bin/python3 scripts/export_torch.py [--skip-int] module.pt out.safetensors
         a saved nn.Module (torch.save(model)) or state_dict (torch.save(model.state_dict()))
-        as a safetensors file that attn's m:load(path) reads. Floating tensors are
-        written as F32 (float64/float16/bfloat16 converted); other dtypes are refused.
+        as a safetensors file that attn's m:load(path) / attn.load_safetensors read.
+        Floating tensors are written as F32 (float64/float16/bfloat16 converted);
+        integer and bool tensors (buffers such as BatchNorm's num_batches_tracked,
+        position ids, masks) keep their dtype (I64, I32, I16, I8, U8, BOOL), which
+        attn loads as float32, exactly while |x| <= 2^24 (a warning names any
+        tensor past that); --skip-int leaves them out. Anything else in the state
+        dict (complex or quantized tensors, non-tensor extra state) is skipped
+        with a warning naming it: the model is never refused as a whole.
 
     /usr/bin/python3 scripts/export_torch.py --demo-mha out.safetensors inputs.npy outputs.npy
         a seeded MultiHeadAttention of the notebook (002, defined below as it is
@@ -32,19 +38,59 @@ import torch.nn as nn
 
 MAX_HEADER = 100_000_000
 READ_DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2")}
+# integer and bool dtypes: written as they are; attn reads them as float32 (exact while |x| <= 2^24)
+INT_DTYPES = {torch.int64: ("I64", "<i8"), torch.int32: ("I32", "<i4"), torch.int16: ("I16", "<i2"),
+              torch.int8: ("I8", "|i1"), torch.uint8: ("U8", "|u1"), torch.bool: ("BOOL", "|b1")}
+READ_INT_DTYPES = {st: (np.dtype(np_dtype), dt) for dt, (st, np_dtype) in INT_DTYPES.items()}
+FLOAT32_EXACT = 2 ** 24
+
+
+def warn(msg):
+    print("export_torch: warning: " + msg, file=sys.stderr)
+
+
+def exportable(tensors, skip_int=False):
+    """The entries of a state dict that write_safetensors writes: floating tensors,
+    and integer/bool ones unless skip_int. Every other entry is left out with a
+    warning naming it; so is nothing else."""
+    out = {}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            warn(f"'{name}' is a {type(t).__name__}, not a tensor: skipped")
+        elif t.is_quantized or t.is_complex() or t.is_sparse:
+            warn(f"tensor '{name}' ({t.dtype}, {t.layout}) has no float32 form attn reads: skipped")
+        elif torch.is_floating_point(t):
+            out[name] = t
+        elif t.dtype in INT_DTYPES:
+            if skip_int:
+                warn(f"integer or bool tensor '{name}' ({t.dtype}) skipped (--skip-int)")
+                continue
+            if t.numel() and t.dtype != torch.bool and int(t.abs().max()) > FLOAT32_EXACT:
+                warn(f"integer tensor '{name}' holds {int(t.abs().max())}, past 2^24: attn will refuse to load it "
+                     "(float32 cannot hold it exactly); --skip-int leaves integer tensors out")
+            out[name] = t
+        else:
+            warn(f"tensor '{name}' has dtype {t.dtype}, which attn does not read: skipped")
+    return out
 
 
 def write_safetensors(path, tensors, metadata=None):
-    """tensors: dict name -> torch tensor (floating; written as F32, names sorted)."""
+    """tensors: dict name -> torch tensor, names sorted: floating ones written as
+    F32, integer and bool ones (INT_DTYPES) as they are. Other dtypes raise
+    (exportable() filters a whole state dict first)."""
     header, blobs, offset = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name in sorted(tensors):
-        t = tensors[name]
-        if not torch.is_floating_point(t):
-            raise SystemExit(f"export_torch: tensor '{name}' has dtype {t.dtype}; attn reads floating tensors only")
-        raw = t.detach().to(torch.float32).contiguous().cpu().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        t = tensors[name].detach().contiguous().cpu()
+        if torch.is_floating_point(t):
+            dtype, raw = "F32", t.to(torch.float32).numpy().astype("<f4").tobytes()
+        elif t.dtype in INT_DTYPES:
+            dtype, np_dtype = INT_DTYPES[t.dtype]
+            raw = t.numpy().astype(np_dtype).tobytes()
+        else:
+            raise SystemExit(f"export_torch: tensor '{name}' has dtype {t.dtype}, which attn does not read")
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -57,7 +103,8 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def read_safetensors(path):
-    """dict name -> float32 torch tensor, and the metadata dict."""
+    """dict name -> torch tensor (float32; integer and bool tensors in their own
+    dtype, so that load_state_dict fills integer buffers), and the metadata dict."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -75,6 +122,11 @@ def read_safetensors(path):
             arr = bits.view(np.float32)
         elif info["dtype"] in READ_DTYPES:
             arr = np.frombuffer(raw, dtype=READ_DTYPES[info["dtype"]]).astype(np.float32)
+        elif info["dtype"] in READ_INT_DTYPES:
+            np_dtype, torch_dtype = READ_INT_DTYPES[info["dtype"]]
+            arr = np.frombuffer(raw, dtype=np_dtype).astype(np_dtype.newbyteorder("="))
+            out[name] = torch.from_numpy(arr.copy().reshape(info["shape"])).to(torch_dtype)
+            continue
         else:
             raise SystemExit(f"export_torch: {path}: tensor '{name}' has dtype {info['dtype']}")
         out[name] = torch.from_numpy(arr.copy().reshape(info["shape"]))
@@ -162,6 +214,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo-mha", action="store_true", help="write a seeded notebook MultiHeadAttention")
     ap.add_argument("--run-mha", action="store_true", help="run attn-saved MultiHeadAttention weights in torch")
+    ap.add_argument("--skip-int", action="store_true", help="leave integer and bool tensors out of the export")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args(argv)
     if a.demo_mha or a.run_mha:
@@ -182,10 +235,11 @@ def main(argv):
         ap.error("expected: module.pt out.safetensors")
     obj = torch.load(a.files[0], map_location="cpu")
     sd = obj.state_dict() if isinstance(obj, nn.Module) else obj
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise SystemExit(f"export_torch: {a.files[0]} holds neither an nn.Module nor a state_dict of tensors")
-    write_safetensors(a.files[1], sd, {"format": "pt"})
-    print(f"{a.files[1]}: {len(sd)} tensors")
+    if not isinstance(sd, dict):
+        raise SystemExit(f"export_torch: {a.files[0]} holds neither an nn.Module nor a state_dict")
+    kept = exportable(sd, skip_int=a.skip_int)
+    write_safetensors(a.files[1], kept, {"format": "pt"})
+    print(f"{a.files[1]}: {len(kept)} tensors" + (f" ({len(sd) - len(kept)} skipped)" if len(kept) < len(sd) else ""))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ end
 
 describe("attn.load", function()
   for _, name in ipairs({ "f4_2x3_v1", "f4_2x3_v2", "f4_2x3_v3", "f4_vec", "f4_scalar", "f4_empty", "f4_4d",
-                          "f4_special", "f8_3x2", "f4_saved_from_view" }) do
+                          "f4_special", "f8_3x2", "f4_saved_from_view", "i8_2x3", "i4_vec", "i2_2x2", "i1_vec",
+                          "u1_2x3", "b1_2x2", "f2_special", "i8_empty", "i4_scalar" }) do
     it("reads NumPy's " .. name .. ".npy", function()
       check_exact(attn.load(DIR .. name .. ".npy"), expected[name])
     end)
@@ -58,6 +59,21 @@ describe("attn.load", function()
     assert.are.equal(0, t[3][1])
   end)
 
+  it("reads integer and bool data exactly (hand-written values, 2^24 at the edge)", function()
+    assert.are.same({ { 0, -1, 7 }, { 2 ^ 24, -2 ^ 24, 123456 } }, attn.load(DIR .. "i8_2x3.npy"):totable())
+    assert.are.same({ 2 ^ 24 - 1, -5, 0, 2 ^ 24, -2 ^ 24 + 1 }, attn.load(DIR .. "i4_vec.npy"):totable())
+    assert.are.same({ { -32768, 32767 }, { -1, 0 } }, attn.load(DIR .. "i2_2x2.npy"):totable())
+    assert.are.same({ -128, 127, -1, 0, 5 }, attn.load(DIR .. "i1_vec.npy"):totable())
+    assert.are.same({ { 0, 1, 255 }, { 128, 7, 200 } }, attn.load(DIR .. "u1_2x3.npy"):totable())
+    assert.are.same({ { 1, 0 }, { 0, 1 } }, attn.load(DIR .. "b1_2x2.npy"):totable())
+    assert.are.same({ 0, 2 }, attn.load(DIR .. "i8_empty.npy"):size())
+    assert.are.equal(-42, attn.load(DIR .. "i4_scalar.npy"):item())
+    local h = attn.load(DIR .. "f2_special.npy"):totable()
+    assert.are.same({ 1, -2.5, 65504, -math.huge, math.huge }, { table.unpack(h, 1, 5) })
+    assert.are.equal(2 ^ -24, h[7])              -- the smallest float16 subnormal
+    assert.are.equal(0x1.998p-4, h[8])           -- float16's 0.1
+  end)
+
   it("gives a contiguous tensor that owns its data", function()
     local t = attn.load(DIR .. "f4_2x3_v1.npy")
     assert.is_true(t:is_contiguous())
@@ -66,8 +82,13 @@ describe("attn.load", function()
 
   local bad = {
     { "bad_fortran.npy", "Fortran-order arrays are not supported" },
-    { "bad_int32.npy", "dtype '<i4' is not supported" },
-    { "bad_float16.npy", "dtype '<f2' is not supported" },
+    { "bad_uint32.npy", "dtype '<u4' is not supported (expected one of '<f4' '<f8' '<f2' '<i8' '<i4' '<i2' '|i1' '|u1' '|b1')" },
+    { "bad_complex64.npy", "dtype '<c8' is not supported" },
+    { "bad_bigendian_int.npy", "big-endian dtype '>i4' is not supported" },
+    { "bad_int64_2p24plus1.npy", "element [2, 3] holds the int64 value 16777217, which float32 cannot hold exactly "
+      .. "(integers load only while |x| <= 2^24 = 16777216)" },
+    { "bad_int32_neg.npy", "element [2] holds the int32 value -16777217, which float32 cannot hold exactly" },
+    { "bad_int64_min.npy", "element [1] holds the int64 value -9223372036854775808" },
     { "bad_bigendian.npy", "big-endian dtype '>f4' is not supported" },
     { "bad_structured.npy", "structured dtypes are not supported" },
     { "bad_9dims.npy", "more than 8 dims are not supported" },

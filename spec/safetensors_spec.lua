@@ -117,10 +117,38 @@ describe("attn.load_safetensors on files PyTorch wrote", function()
     assert.is_false(attn.allclose(y, attn.load(DIR .. "mha_output.npy"), 0, 2e-5))
   end)
 
-  it("refuses an I64 tensor, naming the path, the tensor and the dtype", function()
+  it("reads integer and bool tensors exactly (I64, I32, I16, I8, U8, BOOL, 0-dim, empty)", function()
+    local d = attn.load_safetensors(DIR .. "ints.safetensors")
+    local n = 0
+    for name, fix in pairs(expected.ints) do
+      assert.is_not_nil(d[name], "missing tensor " .. name)
+      check_exact(d[name], fix.shape, fix.data)
+      n = n + 1
+    end
+    local m = 0
+    for _ in pairs(d) do m = m + 1 end
+    assert.are.equal(n, m)
+    -- hand-written values: the edges of each type and of float32's exact integers
+    assert.are.same({ { 0, -1, 2 ^ 24 }, { -2 ^ 24, 7, 123456 } }, d.i64:totable())
+    assert.are.same({ { -32768, 32767 } }, d.i16:totable())
+    assert.are.same({ -128, 127, 0 }, d.i8:totable())
+    assert.are.same({ { 0, 255 }, { 128, 1 } }, d.u8:totable())
+    assert.are.same({ { 1, 0, 1 } }, d.mask:totable())
+    assert.are.equal(12345, d.num_batches_tracked:item())
+  end)
+
+  it("reads a BOOL byte other than 0 and 1 as true (1)", function()
+    local path = tmpname()
+    write_bytes(path, st_bytes('{"b":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}}', "\0\2\255"))
+    assert.are.same({ 0, 1, 1 }, attn.load_safetensors(path).b:totable())
+    os.remove(path)
+  end)
+
+  it("refuses an I64 value past 2^24, naming the path, the tensor, the element and the value", function()
     local path = DIR .. "bad_i64.safetensors"
     expect_error(function() attn.load_safetensors(path) end,
-      "attn.load_safetensors: " .. path .. ": tensor 'steps' has dtype I64 (expected F32")
+      "attn.load_safetensors: " .. path .. ": tensor 'steps' holds the I64 value 16777217 at element [2], "
+        .. "which float32 cannot hold exactly (integers load only while |x| <= 2^24 = 16777216)")
   end)
 end)
 
@@ -311,7 +339,7 @@ describe("attn.load_safetensors on malformed files", function()
     { "dtype F16 spelled wrong", st_bytes('{"x":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}}', x),
       "tensor 'x' has an unknown dtype \"F99\"" },
     { "dtype F8_E4M3", st_bytes('{"x":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}', "\0\0"),
-      "tensor 'x' has dtype F8_E4M3 (expected F32; F64, F16 and BF16 are converted" },
+      "tensor 'x' has dtype F8_E4M3 (expected F32; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted" },
     { "data shorter than the header says", st_bytes(good, floats(1)),
       "truncated: tensor 'x' needs bytes [0, 8) of the data but the file holds 4 bytes of data" },
     { "a shape that does not match the offsets", st_bytes('{"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', x),
@@ -330,6 +358,14 @@ describe("attn.load_safetensors on malformed files", function()
     { "a duplicate name", st_bytes('{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
       .. '"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', x), "the tensor name 'x' appears twice" },
     { "a duplicate metadata key", st_bytes('{"__metadata__":{"k":"a","k":"b"}}'), "the __metadata__ key \"k\" appears twice" },
+    { "an I32 value past -2^24", st_bytes('{"x":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}}',
+      string.pack("<i4<i4<i4<i4", 0, 1, 2, -16777217)),
+      "tensor 'x' holds the I32 value -16777217 at element [2, 2], which float32 cannot hold exactly" },
+    { "the smallest I64", st_bytes('{"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}', string.pack("<i8", math.mininteger)),
+      "tensor 'x' holds the I64 value -9223372036854775808 at element [1]" },
+    { "dtype U32", st_bytes('{"x":{"dtype":"U32","shape":[1],"data_offsets":[0,4]}}', "\0\0\0\0"),
+      "tensor 'x' has dtype U32 (expected F32; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted, "
+        .. "other dtypes are not supported)" },
   }
   for _, c in ipairs(cases) do
     it("refuses " .. c[1], function()
@@ -407,5 +443,61 @@ describe("safetensors through PyTorch", function()
     assert.tensor_equal(m.weight, attn.load(wn))
     assert.tensor_equal(m.bias, attn.load(bn))
     os.remove(pt); os.remove(w); os.remove(wn); os.remove(bn)
+  end)
+
+  -- a whole model with integer, bool and complex buffers, saved by torch.save
+  local function save_model(pt)
+    return run(("/usr/bin/python3 -c 'import torch; torch.manual_seed(3); "
+      .. "m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)); "
+      .. "m[1].num_batches_tracked += 7; "
+      .. "m.register_buffer(\"ids\", torch.arange(6).view(2, 3) - 2); "
+      .. "m.register_buffer(\"keep\", torch.tensor([True, False, True])); "
+      .. "m.register_buffer(\"small\", torch.tensor([-128, 127], dtype=torch.int8)); "
+      .. "m.register_buffer(\"phase\", torch.tensor([1 + 2j])); "
+      .. "torch.save(m, \"%s\")'"):format(pt))
+  end
+
+  test("export_torch.py converts a whole model's state dict, integer and bool buffers included", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = save_model(pt)
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py %s %s"):format(pt, w))
+    assert.is_true(ok, out) -- the complex buffer does not refuse the model
+    assert.is_truthy(out:find("tensor 'phase' (torch.complex64", 1, true), out)
+    local d = attn.load_safetensors(w)
+    assert.are.equal(7, d["1.num_batches_tracked"]:item())
+    assert.are.same({ { -2, -1, 0 }, { 1, 2, 3 } }, d.ids:totable())
+    assert.are.same({ 1, 0, 1 }, d.keep:totable())
+    assert.are.same({ -128, 127 }, d.small:totable())
+    assert.are.same({ 4, 3 }, d["0.weight"]:size())
+    assert.is_nil(d.phase)
+    os.remove(pt); os.remove(w)
+  end)
+
+  test("export_torch.py --skip-int leaves the integer and bool buffers out", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = save_model(pt)
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py --skip-int %s %s"):format(pt, w))
+    assert.is_true(ok, out)
+    local d = attn.load_safetensors(w)
+    local names = {}
+    for name in pairs(d) do names[#names + 1] = name end
+    table.sort(names)
+    assert.are.same({ "0.bias", "0.weight", "1.bias", "1.running_mean", "1.running_var", "1.weight" }, names)
+    os.remove(pt); os.remove(w)
+  end)
+
+  test("export_torch.py warns about an integer past 2^24, which attn then refuses by name", function()
+    local pt, w = tmpname(".pt"), tmpname()
+    local ok, out = run(("/usr/bin/python3 -c 'import torch; "
+      .. "torch.save({\"w\": torch.ones(2), \"step\": torch.tensor([5, 2 ** 30])}, \"%s\")'"):format(pt))
+    assert.is_true(ok, out)
+    ok, out = run(("/usr/bin/python3 scripts/export_torch.py %s %s"):format(pt, w))
+    assert.is_true(ok, out)
+    assert.is_truthy(out:find("integer tensor 'step' holds 1073741824, past 2^24", 1, true), out)
+    expect_error(function() attn.load_safetensors(w) end,
+      "tensor 'step' holds the I64 value 1073741824 at element [2]")
+    os.remove(pt); os.remove(w)
   end)
 end)

@@ -5,7 +5,8 @@
 --   scripts/attn-lua scripts/examples/check_seeds.lua [--verbose] [NNN ...]
 --
 -- Expected tensors are matched in order: each is looked for among the port's
--- prints after the previous match. Values agree when they are within one unit
+-- prints after the previous match. The autograd suffixes (grad_fn=<...>,
+-- requires_grad=True) must be the same. Values agree when they are within one unit
 -- of the printed 4th digit (fixed: 1e-4, scientific: 1e-4 of the power of ten);
 -- shapes must be equal (for prints the notebook text cuts short, the printed
 -- prefix of the values must agree). Exit status 1 if anything did not match.
@@ -99,8 +100,17 @@ local function close(a, b)
   return math.abs(a.value - b.value) <= tol
 end
 
---- Does printed tensor `got` agree with expected tensor `want`?
+--- The autograd suffix of a printed tensor: "grad_fn=<MmBackward0>",
+-- "requires_grad=True", or "" (none).
+function M.suffix(t)
+  return t.text:match("grad_fn=<[%w:]+>") or t.text:match("requires_grad=True") or ""
+end
+
+--- Does printed tensor `got` agree with expected tensor `want` (values, shape and autograd suffix)?
 function M.agree(want, got)
+  if not want.truncated and M.suffix(want) ~= M.suffix(got) then
+    return false, string.format("suffix %q vs %q", M.suffix(want), M.suffix(got))
+  end
   local wv, ws = M.parse(want)
   local gv, gs = M.parse(got)
   if ws and gs then

@@ -346,6 +346,43 @@ fn_op("dropout", 2, function(S)
   return maybe(S, 0.9, pool_tensor), S.r.chance(0.8) and S.r.pick({ 0, 0.1, 0.5, 0.9, 1 }) or anyval(S),
     S.r.chance(0.7) and S.r.chance(0.5) or anyval(S)
 end)
+-- sampling: probabilities mostly valid (rand, some zeros), sometimes hostile
+fn_op("multinomial", 2, function(S)
+  local r = S.r
+  local probs
+  if r.chance(0.8) then
+    local sizes = r.chance(0.5) and { r.int(0, 6) } or { r.int(0, 3), r.int(0, 6) }
+    probs = fresh(S, sizes, "rand")
+    if r.chance(0.3) and probs:numel() > 0 then probs = probs:gt(0.5) end
+  else
+    probs = maybe(S, 0.7, pool_tensor)
+  end
+  return probs, r.chance(0.8) and r.int(0, 7) or anyval(S), r.chance(0.7) and r.chance(0.5) or anyval(S)
+end)
+fn_op("randint", 2, function(S)
+  local r = S.r
+  local sizes = r.chance(0.8) and gen_sizes(S) or anyval(S)
+  local low = r.chance(0.8) and r.int(-10, 10) or anyval(S)
+  local high = r.chance(0.8) and r.int(-10, 20) or anyval(S)
+  if r.chance(0.3) then return high, sizes end
+  return low, high, sizes
+end)
+fn_op("randperm", 1, function(S) return S.r.chance(0.8) and S.r.int(-1, 40) or anyval(S) end)
+fn_op("get_dropout_stream", 1, none)
+op(1, function(S)
+  local r = S.r
+  local stream = r.chance(0.8) and r.pick({ "mkl", "default" }) or anyval(S)
+  -- the stream is the Lua state's setting: set it, draw a dropout through it, restore
+  local function set_drop_restore(name)
+    local saved = attn.get_dropout_stream()
+    local ok, err = pcall(attn.set_dropout_stream, name)
+    local ok2, err2 = pcall(attn.dropout, attn.ones(3, 4), 0.5)
+    attn.set_dropout_stream(saved)
+    if not ok then error(err, 0) end
+    if not ok2 then error(err2, 0) end
+  end
+  return set_drop_restore, pack(stream), "attn.set_dropout_stream", { "set_dropout_stream" }
+end)
 fn_op("matmul", 4, function(S)
   local r = S.r
   local a = pool_tensor(S)

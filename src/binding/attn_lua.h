@@ -93,6 +93,15 @@ void attnL_open_rng(lua_State *L);
  * state, kept in the registry and created by luaopen, shared by the state's
  * coroutines. Two states (e.g. on two OS threads) never share one. */
 struct attn_generator *attnL_generator(lua_State *L);
+/* The draw of one dropout call (0 < p < 1) over numel elements in row-major
+ * order (attention: the weights [B..., Lq, Lk]), from this state's generator
+ * in the stream attn.set_dropout_stream selected: the one function every
+ * dropout consumer draws through. Pushes one value holding the default
+ * stream's keep flags (nil for MKL): keep it on the stack while the draw is used.
+ * numel < 0: more elements than int64 counts (an error for the default stream). */
+struct attn_dropout_draw attnL_draw_dropout(lua_State *L, double p, int64_t numel, const char *fname);
+/* attn.multinomial, randint, randperm (lua_sampling.c) */
+void attnL_open_sampling(lua_State *L);
 void attnL_open_io(lua_State *L);
 void attnL_open_safetensors(lua_State *L);
 void attnL_open_sys(lua_State *L);

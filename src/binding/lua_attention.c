@@ -88,11 +88,17 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
     w = attnL_push_uninit(L, ndim, size, fname);
   }
   o->lse = return_lse ? attnL_push_uninit(L, ndim - 1, size, fname) : NULL;
+  int dropout_holder = 0;
   if (o->dropout_p > 0.0) {
-    /* one 32-bit draw per call, as torch's (MKL) dropout of the weights */
-    o->dropout_draw = attn_rng_u32(attnL_generator(L));
+    /* as torch's dropout of the weights [B..., Lq, Lk] (-1: more than int64 counts, with an empty v) */
+    int64_t numel = k->size[k->ndim - 2];
+    for (int d = 0; d < ndim - 1 && numel >= 0; d++)
+      if (__builtin_mul_overflow(numel, size[d], &numel)) numel = -1;
+    o->dropout_draw = attnL_draw_dropout(L, o->dropout_p, numel, fname);
+    dropout_holder = 1;
   }
   if (attn_sdpa_run(kernel, q, k, v, o, out, w) != ATTN_OK) attnL_core_error(L, fname);
+  lua_pop(L, dropout_holder);
   return 1 + need_weights + return_lse;
 }
 

@@ -36,6 +36,7 @@ int luaopen_attn_core(lua_State *L) {
   attnL_open_math(L);
   attnL_open_attention(L);
   attnL_open_rng(L);
+  attnL_open_sampling(L);
   attnL_open_io(L);
   attnL_open_safetensors(L);
   attnL_open_sys(L);

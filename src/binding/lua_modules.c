@@ -62,7 +62,7 @@ static int l_attention_forward(lua_State *L) {
   m.heads = (int64_t)heads;
   m.scale = (float)scale;
   m.dropout_p = (double)p;
-  m.dropout_draw = 0;
+  m.dropout_draw = (attn_dropout_draw){0, NULL};
   m.mask = NULL;
   if (!ok || (!m.wo && m.bo) || attn_self_attention_check(&m, (int64_t)d_in) != ATTN_OK) return 0;
   attn_tensor mask_corner;
@@ -88,11 +88,16 @@ static int l_attention_forward(lua_State *L) {
   for (int d = 0; d < nd - 2; d++) nb *= size[d];
   int64_t s3[3] = {nb, size[nd - 2], d_in}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
   attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
+  int dropout_holder = 0;
   if (m.dropout_p > 0.0) {
-    /* one 32-bit draw per call, where the Lua path's scaled_dot_product_attention draws it */
-    m.dropout_draw = attn_rng_u32(attnL_generator(L));
+    /* where the Lua path's scaled_dot_product_attention draws it, over the weights [B, heads, n, n] */
+    int64_t numel; /* -1: more than int64 counts */
+    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
+    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
+    dropout_holder = 1;
   }
   if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
+  lua_pop(L, dropout_holder);
   return 1;
 }
 

@@ -1,6 +1,8 @@
 /* Random numbers from Lua, on the Lua state's generator (attnL_generator):
  * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, rand, randn,
- * rng_raw_u32, dropout; methods t:uniform_ and t:normal_. */
+ * rng_raw_u32, dropout, set_dropout_stream, get_dropout_stream; methods
+ * t:uniform_ and t:normal_; attnL_draw_dropout, the one place every dropout
+ * consumer (attention, the fused modules) draws its mask. */
 #include <math.h>
 #include <string.h>
 
@@ -177,8 +179,60 @@ static int m_normal_(lua_State *L) {
 
 /* ---- dropout ------------------------------------------------------------------- */
 
+/* The registry key of the state's dropout stream (an integer; absent: MKL). */
+static const char DROPOUT_STREAM_KEY = 0;
+
+static attn_dropout_stream dropout_stream(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &DROPOUT_STREAM_KEY);
+  attn_dropout_stream s = lua_tointeger(L, -1) == ATTN_DROPOUT_DEFAULT ? ATTN_DROPOUT_DEFAULT : ATTN_DROPOUT_MKL;
+  lua_pop(L, 1);
+  return s;
+}
+
+attn_dropout_draw attnL_draw_dropout(lua_State *L, double p, int64_t numel, const char *fname) {
+  attn_dropout_stream s = dropout_stream(L);
+  if (numel < 0 && s == ATTN_DROPOUT_DEFAULT)
+    attnL_error(L, fname, "the dropout mask has more elements than int64 counts (the default stream needs one "
+                "flag per element; the \"mkl\" stream does not)");
+  int64_t words = attn_dropout_keep_words(s, numel);
+  uint64_t *keep = NULL;
+  if (words > 0) {
+    if ((uint64_t)words > (uint64_t)SIZE_MAX / sizeof *keep)
+      attnL_error(L, fname, "dropout mask of %I elements is too large", (lua_Integer)numel);
+    keep = lua_newuserdatauv(L, (size_t)words * sizeof *keep, 0); /* the GC owns it: nothing leaks on an error */
+  } else {
+    lua_pushnil(L);
+  }
+  return attn_dropout_draw_from(attnL_generator(L), s, p, numel, keep);
+}
+
+/* attn.set_dropout_stream(name): "mkl" or "default" (see rng.h). */
+static int r_set_dropout_stream(lua_State *L) {
+  const char *fn = "attn.set_dropout_stream";
+  attnL_check_nargs(L, 1, fn);
+  if (lua_type(L, 1) != LUA_TSTRING)
+    attnL_error(L, fn, "bad argument #1 'stream' (expected \"mkl\" or \"default\", got %s)", luaL_typename(L, 1));
+  const char *name = lua_tostring(L, 1);
+  attn_dropout_stream s = ATTN_DROPOUT_MKL;
+  if (strcmp(name, "mkl") == 0)
+    s = ATTN_DROPOUT_MKL;
+  else if (strcmp(name, "default") == 0)
+    s = ATTN_DROPOUT_DEFAULT;
+  else
+    attnL_error(L, fn, "bad argument #1 'stream' (expected \"mkl\" or \"default\", got \"%s\")", name);
+  lua_pushinteger(L, (lua_Integer)s);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &DROPOUT_STREAM_KEY);
+  return 0;
+}
+
+static int r_get_dropout_stream(lua_State *L) {
+  attnL_check_nargs(L, 0, "attn.get_dropout_stream");
+  lua_pushstring(L, attn_dropout_stream_name(dropout_stream(L)));
+  return 1;
+}
+
 /* attn.dropout(t, p[, training = true]): torch.nn.functional.dropout with the
- * MKL-style mask (one draw per call). Eval mode, p == 0 and empty tensors give
+ * selected stream's mask (MKL: one draw per call; default: two per element). Eval mode, p == 0 and empty tensors give
  * t itself; p == 1 gives t * 0; neither draws. */
 static int r_dropout(lua_State *L) {
   const char *fn = "attn.dropout";
@@ -200,7 +254,7 @@ static int r_dropout(lua_State *L) {
   if (p == 1.0) {
     for (int64_t i = 0; i < n; i++) out->data[i] = x->data[i] * 0.0f;
   } else {
-    attn_rng_dropout_f32(attnL_generator(L), x->data, out->data, n, p);
+    attn_rng_dropout_f32(attnL_generator(L), dropout_stream(L), x->data, out->data, n, p);
   }
   return 1;
 }
@@ -208,7 +262,8 @@ static int r_dropout(lua_State *L) {
 static const luaL_Reg module_funcs[] = {
   {"manual_seed", r_manual_seed}, {"initial_seed", r_initial_seed}, {"get_rng_state", r_get_rng_state},
   {"set_rng_state", r_set_rng_state}, {"rng_raw_u32", r_raw_u32}, {"rand", r_rand}, {"randn", r_randn},
-  {"dropout", r_dropout}, {NULL, NULL}};
+  {"dropout", r_dropout}, {"set_dropout_stream", r_set_dropout_stream},
+  {"get_dropout_stream", r_get_dropout_stream}, {NULL, NULL}};
 
 static const luaL_Reg methods[] = {{"uniform_", m_uniform_}, {"normal_", m_normal_}, {NULL, NULL}};
 

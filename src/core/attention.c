@@ -58,7 +58,7 @@ typedef struct sdpa_ctx {
   size_t off_kp, off_vp, off_s, off_f;
 } sdpa_ctx;
 
-int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < lk; j++) {

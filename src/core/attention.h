@@ -33,7 +33,7 @@ attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const att
  * is 1 (its output row must then be zeros too, whatever v holds); else 0.
  * lse: NULL, or where the row's log-sum-exp goes (-inf when all hidden).
  * The fused module forward uses it too, so both give the same bits. */
-int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, uint32_t dropout_draw, int64_t position,
+int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "rng.h"
 #include "tensor.h"
 
 typedef struct attn_self_attention {
@@ -17,7 +18,8 @@ typedef struct attn_self_attention {
   int64_t heads;                   /* d_out divisible by it; head_dim = d_out / heads */
   float scale;                     /* of the scores */
   double dropout_p;                /* [0, 1): dropout on the attention weights */
-  uint32_t dropout_draw;           /* the one 32-bit draw of this call when dropout_p > 0 */
+  attn_dropout_draw dropout_draw;  /* this call's draw (rng.h) over the weights [B, heads, n, n] when
+                                      dropout_p > 0 */
   const attn_tensor *mask;         /* NULL: causal; else [n, n] of 0 and 1 (nonzero = hidden), in its place */
 } attn_self_attention;
 

@@ -21,6 +21,15 @@
 #define MAX_HEADER (1 << 20)
 #define CHUNK 4096
 
+/* The dtypes read, as NumPy writes their descr (one-byte types with '|'). */
+static const struct {
+  const char *descr;
+  attn_elem_type type;
+} DESCRS[] = {{"<f4", ATTN_ELEM_F32}, {"<f8", ATTN_ELEM_F64}, {"<f2", ATTN_ELEM_F16}, {"<i8", ATTN_ELEM_I64},
+              {"<i4", ATTN_ELEM_I32}, {"<i2", ATTN_ELEM_I16}, {"|i1", ATTN_ELEM_I8},  {"|u1", ATTN_ELEM_U8},
+              {"|b1", ATTN_ELEM_BOOL}};
+#define SUPPORTED "'<f4' '<f8' '<f2' '<i8' '<i4' '<i2' '|i1' '|u1' '|b1'"
+
 static attn_status file_error(const char *path, const char *what) {
   return attn_fail(ATTN_EARG, "cannot %s '%s': %s", what, path, strerror(errno));
 }
@@ -148,7 +157,8 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
     skip_ws(&ps);
     if (strcmp(key, "descr") == 0 && !have_descr) {
       if (ps.p < ps.end && *ps.p == '[')
-        return attn_fail(ATTN_EARG, "'%s': structured dtypes are not supported (expected '<f4' or '<f8')", path);
+        return attn_fail(ATTN_EARG, "'%s': structured dtypes are not supported (expected one of %s)", path,
+                         SUPPORTED);
       if ((st = parse_string(&ps, descr, sizeof descr)) != ATTN_OK) return st;
       have_descr = 1;
     } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
@@ -177,14 +187,16 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
   if (!have_descr || !have_order || !have_shape)
     return bad_header(&ps, !have_descr ? "no 'descr'" : !have_order ? "no 'fortran_order'" : "no 'shape'");
 
-  if (strcmp(descr, "<f4") == 0) info->dtype = ATTN_NPY_F4;
-  else if (strcmp(descr, "<f8") == 0) info->dtype = ATTN_NPY_F8;
-  else if (descr[0] == '>' && (strcmp(descr + 1, "f4") == 0 || strcmp(descr + 1, "f8") == 0))
-    return attn_fail(ATTN_EARG, "'%s': big-endian dtype '%s' is not supported (expected '<f4' or '<f8'; "
-                     "save it with arr.astype('<f4'))", path, descr);
+  int known = -1;
+  for (int i = 0; i < (int)(sizeof DESCRS / sizeof DESCRS[0]); i++)
+    if (strcmp(descr, DESCRS[i].descr) == 0) known = i;
+  if (known >= 0)
+    info->dtype = DESCRS[known].type;
+  else if (descr[0] == '>')
+    return attn_fail(ATTN_EARG, "'%s': big-endian dtype '%s' is not supported (expected one of %s; "
+                     "save it with arr.astype('<f4'))", path, descr, SUPPORTED);
   else
-    return attn_fail(ATTN_EARG, "'%s': dtype '%s' is not supported (expected '<f4' float32 or '<f8' float64)",
-                     path, descr);
+    return attn_fail(ATTN_EARG, "'%s': dtype '%s' is not supported (expected one of %s)", path, descr, SUPPORTED);
   if (fortran)
     return attn_fail(ATTN_EARG, "'%s': Fortran-order arrays are not supported (save np.ascontiguousarray(arr))",
                      path);
@@ -194,7 +206,7 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
   if (sst != ATTN_OK || info->numel > INT64_MAX / 8)
     return attn_fail(ATTN_EARG, "'%s': shape %s has too many elements", path,
                      attn_sizes_str(info->ndim, info->size, sbuf, sizeof sbuf));
-  int64_t need = info->numel * (int64_t)info->dtype;
+  int64_t need = info->numel * attn_elem_size(info->dtype);
   if (file_size >= 0 && (file_size < info->data_offset || file_size - info->data_offset < need))
     return attn_fail(ATTN_EARG, "'%s' is truncated: shape %s of '%s' needs %lld bytes of data, the file holds %lld",
                      path, attn_sizes_str(info->ndim, info->size, sbuf, sizeof sbuf), descr, (long long)need,
@@ -245,11 +257,11 @@ static attn_status data_ends_early(const char *path) {
 attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out) {
   int64_t off = info->data_offset;
   int le = attn_host_is_little_endian();
-  int64_t item = (int64_t)info->dtype;
+  int64_t item = attn_elem_size(info->dtype);
   unsigned char raw[CHUNK * 8];
   for (int64_t done = 0; done < info->numel;) {
     size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
-    if (info->dtype == ATTN_NPY_F4 && le) { /* straight into place, all at once */
+    if (info->dtype == ATTN_ELEM_F32 && le) { /* straight into place, all at once */
       size_t bytes = (size_t)(info->numel - done) * 4;
       int64_t got = attn_read_at(fd, out + done, bytes, off);
       if (got < 0) return file_error(path, "read");
@@ -259,16 +271,13 @@ attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *in
     int64_t got = attn_read_at(fd, raw, n * (size_t)item, off);
     if (got < 0) return file_error(path, "read");
     if ((size_t)got < n * (size_t)item) return data_ends_early(path);
-    for (size_t i = 0; i < n; i++) {
-      if (info->dtype == ATTN_NPY_F4) {
-        uint32_t u = attn_load_u32le(raw + 4 * i);
-        memcpy(out + done + (int64_t)i, &u, 4);
-      } else {
-        uint64_t u = attn_load_u64le(raw + 8 * i);
-        double d;
-        memcpy(&d, &u, 8);
-        out[done + (int64_t)i] = attn_f64_to_f32(d);
-      }
+    int64_t bad_value, bad = attn_elem_to_f32(info->dtype, raw, (int64_t)n, out + done, &bad_value);
+    if (bad >= 0) {
+      char at[200];
+      return attn_fail(ATTN_EARG, "'%s': element %s holds the %s value %lld, which float32 cannot hold exactly "
+                       "(integers load only while |x| <= 2^24 = 16777216)", path,
+                       attn_elem_index_str(info->ndim, info->size, done + bad, at, sizeof at),
+                       attn_elem_name(info->dtype), (long long)bad_value);
     }
     done += (int64_t)n;
     off += (int64_t)n * item;

@@ -1,7 +1,9 @@
 /* NumPy .npy files (format versions 1.0, 2.0 and 3.0): the C core's reader
  * and writer, no Lua. Little-endian float32 ('<f4') is read and written;
- * little-endian float64 ('<f8') is read and converted to float32. Arrays
- * must be in C order. Every malformed file is an ATTN_EARG naming the path.
+ * '<f8' '<f2' '<i8' '<i4' '<i2' '|i1' '|u1' '|b1' are read and converted to
+ * float32 (elemtype.h: integers exactly; an integer past 2^24 in magnitude
+ * is an error naming the file, the element and the value). Arrays must be
+ * in C order. Every malformed file is an ATTN_EARG naming the path.
  *
  * Loading reads through one file descriptor (so a file replaced by rename
  * meanwhile is read whole, old or new): attn_npy_open() opens it,
@@ -14,13 +16,13 @@
 
 #include <stdint.h>
 
+#include "elemtype.h"
 #include "tensor.h"
 
-typedef enum attn_npy_dtype { ATTN_NPY_F4 = 4, ATTN_NPY_F8 = 8 } attn_npy_dtype;
 
 typedef struct attn_npy_info {
   int major, minor;          /* format version */
-  attn_npy_dtype dtype;      /* element type on disk; itemsize == dtype */
+  attn_elem_type dtype;      /* element type on disk */
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   int64_t numel;
@@ -37,7 +39,8 @@ attn_status attn_npy_read_header(const char *path, int fd, int64_t file_size, at
  * or -1 when unknown (then the data length is not checked). */
 attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, size_t len, int64_t file_size,
                                   attn_npy_info *info);
-/* Read info->numel elements of the file open as fd, described by info, into out (float32). */
+/* Read info->numel elements of the file open as fd, described by info, into out (float32); ATTN_EARG for
+ * an integer that float32 cannot hold exactly. */
 attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out);
 /* Write t (any strides) to path as a version 1.0 '<f4' C-order .npy file. */
 attn_status attn_npy_write(const char *path, const attn_tensor *t);

@@ -1,7 +1,7 @@
 /* PyTorch 1.13 CPU random numbers, bit for bit: MT19937 as torch seeds it,
  * float32 uniforms, the two randn paths (scalar cached Box-Muller and the
  * 16-lane AVX2-kernel path with its Cephes log/sincos, FMA steps explicit),
- * and the MKL-style dropout mask. Section numbers refer to torch-rng.md.
+ * and the two dropout mask streams (MKL-style and default). Section numbers refer to torch-rng.md.
  * Compiled with -ffp-contract=off: every fused multiply-add below is an
  * explicit fmaf, every other operation rounds on its own. */
 #include "cpu.h"
@@ -224,10 +224,7 @@ static void dropout_block(uint32_t draw, double q, float scale, int64_t start, i
 
 #define DROPOUT_BLOCK 32768
 
-void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, float *out) {
-  double q = 1.0 - p;
-  float scale = 1.0f / (float)q;
-  if (n <= 0) return;
+static void mkl_factors(uint32_t draw, double q, float scale, int64_t start, int64_t n, float *out) {
   if (n <= DROPOUT_BLOCK) {
     dropout_block(draw, q, scale, start, n, out);
     return;
@@ -241,9 +238,63 @@ void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, flo
   }
 }
 
-void attn_rng_dropout_f32(attn_generator *g, const float *x, float *out, int64_t n, double p) {
-  uint32_t draw = attn_rng_u32(g);
-  attn_dropout_factors(draw, p, 0, n, out);
+/* ---- §5.2 default (non-MKL) dropout: bernoulli_distribution<double> per element ---- */
+
+/* torch 1.13's bernoulli_scalar_kernel_default: a serial loop, element i kept
+ * iff uniform_real_distribution<double>(0, 1) < q, i.e. its 53-bit uniform
+ * (two draws, first one high) is below q */
+static int default_keep(attn_generator *g, double q) { return u53d(g) < q; }
+
+const char *attn_dropout_stream_name(attn_dropout_stream s) {
+  return s == ATTN_DROPOUT_DEFAULT ? "default" : "mkl";
+}
+
+int64_t attn_dropout_keep_words(attn_dropout_stream s, int64_t numel) {
+  return s == ATTN_DROPOUT_DEFAULT && numel > 0 ? numel / 64 + (numel % 64 != 0) : 0;
+}
+
+attn_dropout_draw attn_dropout_draw_from(attn_generator *g, attn_dropout_stream s, double p, int64_t numel,
+                                         uint64_t *keep) {
+  attn_dropout_draw d = {0, NULL};
+  if (s != ATTN_DROPOUT_DEFAULT) {
+    d.mkl = attn_rng_u32(g);
+    return d;
+  }
+  double q = 1.0 - p;
+  int64_t words = attn_dropout_keep_words(s, numel);
+  for (int64_t w = 0; w < words; w++) {
+    int64_t n = numel - 64 * w < 64 ? numel - 64 * w : 64;
+    uint64_t bits = 0;
+    for (int64_t b = 0; b < n; b++) bits |= (uint64_t)default_keep(g, q) << b;
+    keep[w] = bits;
+  }
+  d.keep = keep;
+  return d;
+}
+
+void attn_dropout_factors(attn_dropout_draw d, double p, int64_t start, int64_t n, float *out) {
+  double q = 1.0 - p;
+  float scale = 1.0f / (float)q;
+  if (n <= 0) return;
+  if (!d.keep) {
+    mkl_factors(d.mkl, q, scale, start, n, out);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t e = start + i;
+    out[i] = (d.keep[e >> 6] >> (e & 63)) & 1u ? scale : 0.0f;
+  }
+}
+
+void attn_rng_dropout_f32(attn_generator *g, attn_dropout_stream s, const float *x, float *out, int64_t n, double p) {
+  if (s == ATTN_DROPOUT_DEFAULT) {
+    double q = 1.0 - p;
+    float scale = 1.0f / (float)q;
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * (default_keep(g, q) ? scale : 0.0f);
+    return;
+  }
+  attn_dropout_draw d = {attn_rng_u32(g), NULL};
+  attn_dropout_factors(d, p, 0, n, out);
   for (int64_t i = 0; i < n; i++) out[i] = x[i] * out[i];
 }
 

@@ -31,8 +31,8 @@ typedef struct attn_generator {
 
 /* The core keeps no generator of its own: callers pass one (the binding keeps
  * one per Lua state, attnL_generator). Kernels that need draws from Lua's
- * attn.manual_seed stream (dropout inside attention) take one attn_rng_u32
- * from the caller's generator before the call and use attn_dropout_factors.
+ * attn.manual_seed stream (dropout inside attention) take an
+ * attn_dropout_draw drawn from the caller's generator before the call.
  * A generator is not locked: use each from one thread at a time, never
  * inside an OpenMP region. */
 
@@ -52,8 +52,41 @@ void attn_rng_normal_f32(attn_generator *g, float *out, int64_t n, double mean, 
  * elements written in order. */
 void attn_rng_normal_scalar_f32(attn_generator *g, float *out, int64_t n, double mean, double std);
 
-/* Keep/scale factors of elements [start, start + n) of one MKL-style dropout call whose single 32-bit draw was `draw`: out[i] = fl(1/fl(1-p)) if kept, else 0. Uses MCG31m1 skip-ahead to start. */
-void attn_dropout_factors(uint32_t draw, double p, int64_t start, int64_t n, float *out);
+/* ---- dropout masks: torch's bernoulli_(1 - p), in two streams (torch-rng.md §5) ----
+ * One dropout call covers numel elements in row-major order (for attention:
+ * the weights [B..., Lq, Lk]). Its randomness is drawn from the generator
+ * once, before any kernel runs (attn_dropout_draw_from); kernels then ask for
+ * the keep/scale factors of any element range (attn_dropout_factors), from
+ * any thread, in any order: the bits do not depend on the thread count. A
+ * backward pass reproduces the forward's mask by keeping the same
+ * attn_dropout_draw (and the keep words it points to), or by restoring the
+ * generator state the forward started from and drawing again. */
+typedef enum attn_dropout_stream {
+  ATTN_DROPOUT_MKL = 0,    /* §5.1: ONE 32-bit draw per call, MCG31m1 keep flags (PyTorch's MKL builds on
+                              Intel CPUs: the notebooks' stream) */
+  ATTN_DROPOUT_DEFAULT = 1 /* §5.2: a 53-bit uniform (two draws) per element, kept iff < 1 - p (builds
+                              without MKL: Debian's python3-torch, macOS arm64) */
+} attn_dropout_stream;
+
+typedef struct attn_dropout_draw {
+  uint32_t mkl;         /* MKL stream: the call's single 32-bit draw */
+  const uint64_t *keep; /* NULL: the MKL stream. Else the default stream's flags: element i is kept iff
+                           bit i % 64 of keep[i / 64] is set */
+} attn_dropout_draw;
+
+/* "mkl" / "default" */
+const char *attn_dropout_stream_name(attn_dropout_stream s);
+/* The uint64_t words of keep flags one call over numel elements needs: 0 for
+ * the MKL stream, ceil(numel / 64) for the default stream. */
+int64_t attn_dropout_keep_words(attn_dropout_stream s, int64_t numel);
+/* Draw one dropout call (0 < p < 1) over numel elements from g: the MKL
+ * stream takes one draw; the default stream takes 2 * numel draws and writes
+ * the flags into keep (attn_dropout_keep_words(s, numel) words; NULL for MKL). */
+attn_dropout_draw attn_dropout_draw_from(attn_generator *g, attn_dropout_stream s, double p, int64_t numel,
+                                         uint64_t *keep);
+/* Keep/scale factors of elements [start, start + n) of the call drawn as d:
+ * out[i] = fl(1/fl(1-p)) if kept, else 0. MKL: MCG31m1 skip-ahead to start. */
+void attn_dropout_factors(attn_dropout_draw d, double p, int64_t start, int64_t n, float *out);
 
 /* The whole state (MT words, index, seed, cached normal) as a fixed-size blob. */
 void attn_rng_get_state(const attn_generator *g, unsigned char out[ATTN_RNG_STATE_BYTES]);
@@ -61,9 +94,9 @@ void attn_rng_get_state(const attn_generator *g, unsigned char out[ATTN_RNG_STAT
  * not a valid state (wrong length, magic, index or flag); g is then unchanged. */
 attn_status attn_rng_set_state(attn_generator *g, const unsigned char *in, int64_t len);
 
-/* One MKL-style dropout call (torch.nn.Dropout in training, 0 < p < 1): ONE
- * draw from g, then out[i] = x[i] * factor_i in float32 (dropped negative x
- * give -0.0). x and out are n contiguous floats (may be the same buffer). */
-void attn_rng_dropout_f32(attn_generator *g, const float *x, float *out, int64_t n, double p);
+/* One dropout call (torch.nn.Dropout in training, 0 < p < 1) in stream s:
+ * out[i] = x[i] * factor_i in float32 (dropped negative x give -0.0). x and
+ * out are n contiguous floats (may be the same buffer). */
+void attn_rng_dropout_f32(attn_generator *g, attn_dropout_stream s, const float *x, float *out, int64_t n, double p);
 
 #endif

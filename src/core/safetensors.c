@@ -246,8 +246,9 @@ static attn_status parse_uint_array(parser *ps, int64_t *v, int cap, int *n, con
 
 static int shown(size_t len) { return len > NAME_SHOWN ? NAME_SHOWN : (int)len; }
 
-static const char *dtype_names[] = {"F32", "F64", "F16", "BF16"};
-static const int64_t dtype_bytes[] = {4, 8, 2, 2};
+/* safetensors' names of the element types read, in attn_elem_type order */
+static const char *dtype_names[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"};
+#define N_DTYPES (int)(sizeof dtype_names / sizeof dtype_names[0])
 
 /* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} of the tensor `name`. */
 static attn_status parse_tensor(parser *ps, const char *name, size_t name_len, attn_st_entry *e) {
@@ -296,22 +297,22 @@ static attn_status parse_tensor(parser *ps, const char *name, size_t name_len, a
                      !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
 
   int known = -1;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_DTYPES; i++)
     if (strcmp(dtype, dtype_names[i]) == 0) known = i;
   if (known < 0) {
-    static const char *other[] = {"I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8_E4M3",
-                                  "F8_E5M2", NULL};
+    static const char *other[] = {"U64", "U32", "U16", "F8_E4M3", "F8_E5M2", NULL};
     for (int i = 0; other[i]; i++)
       if (strcmp(dtype, other[i]) == 0)
-        return attn_fail(ATTN_EARG, "%s: tensor '%.*s' has dtype %s (expected F32; F64, F16 and BF16 are "
-                         "converted, other dtypes are not supported)", ps->path, nd, name, dtype);
-    return attn_fail(ATTN_EARG, "%s: tensor '%.*s' has an unknown dtype \"%s\" (expected F32, F64, F16 or BF16)",
-                     ps->path, nd, name, dtype);
+        return attn_fail(ATTN_EARG, "%s: tensor '%.*s' has dtype %s (expected F32; F64, F16, BF16, I64, I32, "
+                         "I16, I8, U8 and BOOL are converted, other dtypes are not supported)", ps->path, nd,
+                         name, dtype);
+    return attn_fail(ATTN_EARG, "%s: tensor '%.*s' has an unknown dtype \"%s\" (expected F32, F64, F16, BF16, "
+                     "I64, I32, I16, I8, U8 or BOOL)", ps->path, nd, name, dtype);
   }
-  e->dtype = (attn_st_dtype)known;
+  e->dtype = (attn_elem_type)known;
   char sbuf[200];
   attn_sizes_str(e->ndim, e->size, sbuf, sizeof sbuf);
-  int64_t itemsize = dtype_bytes[known];
+  int64_t itemsize = attn_elem_size(e->dtype);
   if (attn_numel_checked(e->ndim, e->size, &e->numel) != ATTN_OK || e->numel > INT64_MAX / itemsize)
     return attn_fail(ATTN_EARG, "%s: tensor '%.*s' has shape %s: too many elements", ps->path, nd, name, sbuf);
   if (e->end < e->begin)
@@ -449,42 +450,6 @@ attn_status attn_st_parse(const char *path, const unsigned char *buf, size_t len
 
 /* ---- data --------------------------------------------------------------- */
 
-static float f16_to_f32(uint16_t h) {
-  int sign = h >> 15, exp = h >> 10 & 0x1f, man = h & 0x3ff;
-  float v;
-  if (exp == 0x1f) v = man ? NAN : INFINITY;
-  else if (exp == 0) v = ldexpf((float)man, -24); /* zero and subnormals, exact */
-  else v = ldexpf((float)(man | 0x400), exp - 25);
-  return sign ? -v : v;
-}
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float v;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
-static float convert(attn_st_dtype dtype, const unsigned char *b) {
-  switch (dtype) {
-  case ATTN_ST_F64: {
-    uint64_t u = attn_load_u64le(b);
-    double d;
-    memcpy(&d, &u, 8);
-    return attn_f64_to_f32(d);
-  }
-  case ATTN_ST_F16: return f16_to_f32((uint16_t)(b[0] | b[1] << 8));
-  case ATTN_ST_BF16: return bf16_to_f32((uint16_t)(b[0] | b[1] << 8));
-  case ATTN_ST_F32:
-  default: {
-    uint32_t u = attn_load_u32le(b);
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
-  }
-  }
-}
-
 static attn_status data_ends_early(const char *path) {
   return attn_fail(ATTN_EARG, "%s: truncated: the data ends early (the file shrank while it was read)", path);
 }
@@ -497,21 +462,28 @@ attn_status attn_st_read_data(const char *path, int fd, uint64_t header_len, con
   for (int64_t i = 0; i < n; i++) {
     const attn_st_entry *e = &entries[i];
     if (e->numel == 0) continue;
-    if (e->dtype == ATTN_ST_F32 && le) {
+    if (e->dtype == ATTN_ELEM_F32 && le) {
       size_t bytes = (size_t)e->numel * 4;
       int64_t got = attn_read_at(fd, e->out, bytes, base + e->begin);
       if (got < 0) return file_error(path, "read");
       if ((size_t)got < bytes) return data_ends_early(path);
       continue;
     }
-    size_t item = (size_t)dtype_bytes[e->dtype];
+    size_t item = (size_t)attn_elem_size(e->dtype);
     int64_t off = base + e->begin;
     for (int64_t done = 0; done < e->numel;) {
       size_t k = (size_t)(e->numel - done < CHUNK ? e->numel - done : CHUNK);
       int64_t got = attn_read_at(fd, raw, item * k, off);
       if (got < 0) return file_error(path, "read");
       if ((size_t)got < item * k) return data_ends_early(path);
-      for (size_t j = 0; j < k; j++) e->out[done + (int64_t)j] = convert(e->dtype, raw + item * j);
+      int64_t bad_value, bad = attn_elem_to_f32(e->dtype, raw, (int64_t)k, e->out + done, &bad_value);
+      if (bad >= 0) {
+        char at[200];
+        return attn_fail(ATTN_EARG, "%s: tensor '%.*s' holds the %s value %lld at element %s, which float32 cannot "
+                         "hold exactly (integers load only while |x| <= 2^24 = 16777216)", path,
+                         shown(e->name_len), e->name, dtype_names[e->dtype], (long long)bad_value,
+                         attn_elem_index_str(e->ndim, e->size, done + bad, at, sizeof at));
+      }
       done += (int64_t)k;
       off += (int64_t)(item * k);
     }

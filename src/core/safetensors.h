@@ -5,9 +5,11 @@
  *    ..., "__metadata__": {"key": "value", ...}}
  * (padded with spaces), then the raw little-endian data; offsets count from
  * the end of the header. Tensors are written as F32; on load F32 is read as
- * is and F64, F16 and BF16 are converted to float32 (F16 and BF16 exactly,
- * F64 rounded to nearest, out-of-range values becoming +-inf as in torch's
- * .float()). Any other dtype is refused, naming it.
+ * is and F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted to
+ * float32 (elemtype.h: F16 and BF16 exactly, F64 rounded to nearest,
+ * out-of-range values becoming +-inf as in torch's .float(); integers exactly,
+ * an integer past 2^24 in magnitude being an error naming the file, the
+ * tensor, the element and the value). Any other dtype is refused, naming it.
  *
  * Loading never allocates and reads through one file descriptor (so a file
  * replaced by rename meanwhile is read whole, old or new): the caller (the
@@ -27,18 +29,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "elemtype.h"
 #include "tensor.h"
 
 /* The reference implementation's bound on the header: more is not a
  * safetensors file but a damaged or hostile one. */
 #define ATTN_ST_MAX_HEADER 100000000
 
-typedef enum attn_st_dtype { ATTN_ST_F32, ATTN_ST_F64, ATTN_ST_F16, ATTN_ST_BF16 } attn_st_dtype;
-
 typedef struct attn_st_entry {
   const char *name;          /* decoded (JSON escapes resolved), in the arena */
   size_t name_len;           /* may hold NUL bytes from \u0000 */
-  attn_st_dtype dtype;
+  attn_elem_type dtype;
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   int64_t numel;

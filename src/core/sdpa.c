@@ -190,7 +190,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->scale = scale;
   p->is_causal = is_causal;
   p->dropout_p = 0.0; /* the tiny path draws its dropout factors itself (positions over the whole batch) */
-  p->dropout_draw = 0;
+  p->dropout_draw = (attn_dropout_draw){0, NULL};
   p->lse = NULL;
 }
 

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "tensor.h"
 
 typedef struct attn_sdpa_opts {
@@ -31,7 +32,8 @@ typedef struct attn_sdpa_opts {
   const attn_tensor *mask;    /* NULL, or [..., Lq, Lk] broadcastable; nonzero = hidden */
   const attn_tensor *bias;    /* NULL, or [..., Lq, Lk] broadcastable; added to the scaled scores */
   double dropout_p;           /* in [0, 1); 0 = no dropout */
-  uint32_t dropout_draw;      /* the one 32-bit draw of this call when dropout_p > 0 */
+  attn_dropout_draw dropout_draw; /* this call's draw (rng.h, attn_dropout_draw_from over the weights
+                                     [B..., Lq, Lk]) when dropout_p > 0 */
   attn_tensor *lse;           /* output: NULL, or contiguous [B..., Lq] that gets each row's log-sum-exp:
                                  max + log(sum exp(s - max)) of its scores after bias and masking (before
                                  dropout), natural log; -inf for a row with no visible key */
@@ -52,7 +54,7 @@ typedef struct attn_sdpa_problem {
   float scale;
   int is_causal;
   double dropout_p;
-  uint32_t dropout_draw;
+  attn_dropout_draw dropout_draw;
   attn_tensor *lse;                /* NULL or [B..., Lq], contiguous */
 } attn_sdpa_problem;
 

@@ -53,7 +53,8 @@ local recorded = autograd.Function{
   name = function(q) return out_name(q) end,
   fname = "attn.scaled_dot_product_attention",
   forward = function(ctx, q, k, v, bias, opts)
-    local rng = opts and (opts.dropout_p or 0) > 0 and raw.get_rng_state() or nil
+    local dp = type(opts) == "table" and opts.dropout_p
+    local rng = type(dp) == "number" and dp > 0 and raw.get_rng_state() or nil -- (bad options: the C call's error)
     local r = table.pack(raw.scaled_dot_product_attention(q, k, v, opts))
     ctx.rng, ctx.opts = rng, opts or {}
     ctx:save_for_backward(q, k, v, bias or nil)

@@ -573,7 +573,7 @@ local raw_index, raw_newindex = core._index, core._newindex
 local function recorded_index(t, key)
   local select = Tensor.select
   if type_(key) == "number" then
-    if t:dim() == 1 then return raw_index(t, key) end
+    if t:dim() <= 1 then return raw_index(t, key) end -- a number (1-D), or the 0-dim error naming the index
     return select(t, 1, key)
   end
   if type_(key) == "table" and not is_tensor(key) then

@@ -20,7 +20,9 @@ end
 
 function Dropout:forward(x)
   if not attn.is_tensor(x) then
-    error("Dropout:forward: bad argument #1 'input' (expected attn.Tensor, got " .. type(x) .. ")", 2)
+    -- attn.dropout's own message, naming this method also when forward is called directly
+    local _, err = pcall(attn.dropout, x, self.p, self.training)
+    error("Dropout:forward: " .. tostring(err):gsub("^[^\n]-%.lua:%d+: ", "", 1), 0)
   end
   return attn.dropout(x, self.p, self.training)
 end

@@ -84,7 +84,8 @@
 
 --- As torch.nn.functional.dropout: zeroes each element with probability p and scales the rest
 -- by 1/(1-p); the mask is drawn as PyTorch's MKL builds do (the one that reproduces the
--- notebooks). With training = false, t itself.
+-- notebooks), or as builds without MKL do after `attn.set_dropout_stream("default")`.
+-- With training = false, t itself.
 -- @param t tensor
 -- @param p probability in [0, 1]
 -- @param[opt=true] training
@@ -301,7 +302,9 @@
 -- @param path a string
 -- @function save
 
---- Reads a NumPy .npy file ('<f4', or '<f8' converted to float32) as a tensor.
+--- Reads a NumPy .npy file as a tensor: '<f4' as is; '<f8', '<f2', '<i8', '<i4', '<i2', '|i1',
+-- '|u1' and '|b1' (bool: 0 and 1) converted to float32, integers exactly while |x| <= 2^24
+-- (a larger one is an error naming the file, the element and the value).
 -- @param path a string
 -- @function load
 
@@ -313,8 +316,9 @@
 -- @function save_safetensors
 
 --- Reads a safetensors file: a table name -> tensor, and the `__metadata__` table. F32 is read
--- as is; F64, F16 and BF16 are converted to float32; other dtypes, truncated or corrupt files
--- are errors naming the file and what is wrong.
+-- as is; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted to float32 (integers
+-- exactly while |x| <= 2^24, else an error naming the tensor, the element and the value);
+-- other dtypes, truncated or corrupt files are errors naming the file and what is wrong.
 -- @param path a string
 -- @return tensors, metadata
 -- @function load_safetensors
@@ -356,5 +360,46 @@
 -- @return a table
 -- @usage attn.cpu_info().kernel --> "avx2"
 -- @function cpu_info
+
+-- ---- sampling and dropout streams (src/binding/lua_sampling.c, lua_rng.c) ----
+
+--- As torch.multinomial: `n` category indices (1-based) drawn from each row of `probs`
+-- ([k] gives [n], [rows, k] gives [rows, n]) with probabilities proportional to its values,
+-- the same draws as PyTorch 1.13 on CPU after the same seed. Without replacement (the default)
+-- no category repeats in a row; a row then needs at least n nonzero probabilities (torch would
+-- return zero-probability categories in an unspecified order). Values must be finite and
+-- >= 0, with a positive sum in every row.
+-- @param probs tensor [k] or [rows, k]
+-- @param n number of samples (>= 1; <= k without replacement)
+-- @param[opt=false] replacement
+-- @return a tensor of indices (float32)
+-- @usage attn.multinomial(attn.tensor{0.1, 0.2, 0.7}, 2) --> tensor([3., 2.]) (for some seed)
+-- @function multinomial
+
+--- As torch.randint(low, high, size): integers uniform in [low, high) (high excluded), the
+-- same draws as PyTorch after the same seed. `attn.randint(high, size)` takes low = 0. Bounds
+-- lie within +-2^24 (float32 holds every integer there).
+-- @param[opt=0] low
+-- @param high (> low)
+-- @param size a table of sizes, as {2, 3}
+-- @usage attn.randint(1, 7, {10})  -- ten dice
+-- @function randint
+
+--- As torch.randperm(n) + 1: a random permutation of 1..n, the same draws as PyTorch.
+-- @param n 0 <= n <= 2^24
+-- @usage x:index_select(1, attn.randperm(x:size(1)))  -- shuffle the rows
+-- @function randperm
+
+--- Chooses how dropout draws its masks, everywhere (attn.dropout, nn.Dropout, the attention
+-- functions' and modules' dropout): "mkl" (the default) as PyTorch's MKL builds on Intel CPUs
+-- do, one random number per call (the notebooks' stream); "default" as PyTorch builds without
+-- MKL do (Debian's python3-torch, macOS arm64): two per element. Each Lua state has its own
+-- setting; attn.manual_seed does not change it.
+-- @param stream "mkl" or "default"
+-- @function set_dropout_stream
+
+--- The dropout stream in use: "mkl" or "default" (see attn.set_dropout_stream).
+-- @return a string
+-- @function get_dropout_stream
 
 return {}
