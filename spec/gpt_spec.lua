@@ -71,6 +71,18 @@ describe("nn.GPTModel against the book's PyTorch model", function()
         C.exact(attn.generate(m, prompt, case.cfg.context_length + 4, {use_cache = false}), case.greedy, "greedy")
       end)
 
+      it("samples torch's tokens after the same seed (temperature 1.5, top_k 40: attn.multinomial)", function()
+        attn.manual_seed(case.seed)
+        local m = attn.nn.GPTModel(case.cfg)
+        m:eval()
+        local prompt = C.T(case.prompt)
+        for _, use_cache in ipairs({true, false}) do
+          attn.manual_seed(case.sample_seed)
+          C.exact(attn.generate(m, prompt, case.cfg.context_length + 4,
+            {temperature = 1.5, top_k = 40, use_cache = use_cache}), case.sampled, "sampled")
+        end
+      end)
+
       it(("trains as torch does: %d AdamW steps, losses within 1e-3 relative, the same random draws"):format(
           case.steps), function()
         attn.manual_seed(case.seed)

@@ -15,12 +15,9 @@
 -- context_length tokens, which is what the uncached loop feeds then, so the
 -- tokens are the uncached loop's.
 --
--- LOCAL SAMPLER: attn.multinomial is not on main yet, so sampling here is
--- one attn.rand draw u per row and the first id whose running sum of
--- probabilities (in doubles) exceeds u * total: torch.multinomial's
--- distribution (one sample per row, probabilities proportional to the row),
--- not its bits (torch 1.13 takes argmax(p / Exp(1)) with MKL's exponential
--- stream). Replace with attn.multinomial when it lands.
+-- Sampling is attn.multinomial(probs, 1): after the same attn.manual_seed,
+-- torch.multinomial's draws, so the book's generate gives the same tokens
+-- as long as the probabilities agree to the bit where it matters.
 -- @module attn.generate
 local attn = require "attn"
 
@@ -78,21 +75,8 @@ local function pick(last, temperature, top_k)
   if not temperature or temperature == 0 then
     return attn.argmax(last, 2, true)             -- [b, 1]
   end
-  local probs = attn.softmax(last / temperature, 2):totable()
-  local u = attn.rand(#probs):totable()           -- LOCAL SAMPLER (see the module comment)
-  local out = {}
-  for i, p in ipairs(probs) do
-    local total = 0
-    for _, v in ipairs(p) do total = total + v end
-    local target, acc, chosen = u[i] * total, 0, nil
-    for j, v in ipairs(p) do
-      acc = acc + v
-      if v > 0 then chosen = j end                -- the last positive id catches rounding at the top
-      if acc > target and v > 0 then chosen = j; break end
-    end
-    out[i] = {chosen}
-  end
-  return attn.tensor(out)
+  -- torch: probs = softmax(logits / temperature); multinomial(probs, 1) -> [b, 1]
+  return attn.multinomial(attn.softmax(last / temperature, 2), 1)
 end
 
 -- the last at most n columns of idx [b, L]
