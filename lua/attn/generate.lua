@@ -105,6 +105,9 @@ return function(model, idx, max_new_tokens, opts)
   local ctx = math.tointeger(model.cfg.context_length)
   local use_cache = opts.use_cache
   if use_cache == nil then use_cache = type(model.reset_cache) == "function" end
+  if use_cache and type(model.reset_cache) ~= "function" then
+    error(FNAME .. ": bad option 'use_cache' (the model has no KV cache: no reset_cache method)", 2)
+  end
   return attn.no_grad(function()
     local logits
     local function refill()
