@@ -2,7 +2,7 @@
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
--- mha, tiny, tiny_train, decode, decode_gqa, window (default: all). Each attention case runs every kernel
+-- mha, tiny, tiny_train, decode, decode_gqa, window, train_gpt (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -267,4 +267,31 @@ if wanted("tiny_train") then
     emit { case = "tiny_train", kernel = spec[1], b = 2, h = m.num_heads or 1, lq = 6, lk = 6, e = 2, causal = true,
            ms = us / 1000, us_per_call = us, fwd_us = fwd_us }
   end
+end
+
+-- train_gpt (api.md section 5): one training step of the book's GPTModel
+-- (vocab 256, context 128, emb 128, 4 heads, 4 layers, batch 16): forward,
+-- cross entropy, backward, AdamW; tokens_per_s = b * n / time
+if wanted("train_gpt") then
+  local cfg = { vocab_size = 256, context_length = 128, emb_dim = 128, n_heads = 4, n_layers = 4, drop_rate = 0,
+                qkv_bias = false }
+  local b, n = 16, cfg.context_length
+  attn.manual_seed(123)
+  local model = attn.nn.GPTModel(cfg)
+  local opt = attn.optim.AdamW(model:parameters(), { lr = 1e-4, weight_decay = 0.1 })
+  -- ids 1..256 from the generator's uniforms
+  local function ids()
+    local t = attn.rand(b, n):totable()
+    for _, row in ipairs(t) do for j, u in ipairs(row) do row[j] = math.floor(u * 256) + 1 end end
+    return attn.tensor(t)
+  end
+  local x, y = ids(), ids():reshape(b * n)
+  local ms = best_ms("train_gpt", function()
+    local loss = attn.nn.functional.cross_entropy(model(x):view(b * n, cfg.vocab_size), y)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end, opts.reps)
+  emit { case = "train_gpt", kernel = "GPTModel + AdamW", b = b, h = cfg.n_heads, lq = n, lk = n,
+         e = cfg.emb_dim // cfg.n_heads, causal = true, ms = ms, tokens_per_s = b * n / (ms / 1000) }
 end

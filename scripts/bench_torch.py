@@ -9,7 +9,9 @@ causal attn_mask, batch_first; `tiny` times the notebooks' CausalAttention and
 MultiHeadAttention classes (eager). The `*_bwd` cases time the same SDPA call's
 forward and backward (dout = out, as bench.lua), `fwd_ms` its forward alone
 with recording on, gflops = 14*b*h*lq*lk*e / time (C_causal_bwd is left out,
-as C_causal: its [8, 16384, 16384] scores do not fit). Not part of the tests.
+as C_causal: its [8, 16384, 16384] scores do not fit); `train_gpt` one training
+step (forward, cross entropy, backward, AdamW) of the book's GPTModel (vocab 256,
+context 128, emb 128, 4 heads, 4 layers, batch 16), with `tokens_per_s`. Not part of the tests.
 
 Warm-up: as in a long-running process, each case first runs until its time is
 stable (the last 3 calls within 5% of each other; at most 30 calls or 60 s),
@@ -137,14 +139,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="all",
                     help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, A_bwd, A_causal_bwd, B_bwd, "
-                    "mha, tiny (default: all)")
+                    "mha, tiny, train_gpt (default: all)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: OMP_NUM_THREADS, else every CPU, as bench.lua)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up; ms is the best")
     a = ap.parse_args()
     if a.reps < 1 or (a.threads is not None and a.threads < 1):
         ap.error("--reps and --threads expect positive integers")
-    known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny"}
+    known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny",
+             "train_gpt"}
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want is not None and not want <= known:
         ap.error("unknown case(s) %s; known: %s" % (", ".join(sorted(want - known)), ", ".join(sorted(known))))
@@ -213,6 +216,33 @@ def main():
         emit(dict(case=name, kernel="torch_sdpa", b=b, h=h, lq=n, lk=n, e=e, causal=causal, fwd_ms=fwd["ms"],
                   flops=14.0 * b * h * n * n * e), timing)
         del q, k, v
+    if wanted("train_gpt"):
+        train_gpt_case(torch, emit, a.reps)
+
+
+def train_gpt_case(torch, emit, reps):
+    """one training step (forward, cross entropy, backward, AdamW) of the book's GPTModel
+    (scripts/fixtures/make_gpt_fixtures.py, drop_rate 0) at the size of bench.lua's train_gpt"""
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+    from make_gpt_fixtures import GPTModel
+    cfg = {"vocab_size": 256, "context_length": 128, "emb_dim": 128, "n_heads": 4, "n_layers": 4,
+           "drop_rate": 0.0, "qkv_bias": False}
+    b, n = 16, cfg["context_length"]
+    torch.manual_seed(123)
+    model = GPTModel(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    x = torch.randint(0, 256, (b, n))
+    y = torch.randint(0, 256, (b, n))
+
+    def step():
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    timing = best_ms(step, reps)
+    emit(dict(case="train_gpt", kernel="book GPTModel + AdamW", b=b, h=cfg["n_heads"], lq=n, lk=n,
+              e=cfg["emb_dim"] // cfg["n_heads"], causal=True, tokens_per_s=b * n / (timing["ms"] / 1000)), timing)
 
 
 if __name__ == "__main__":

@@ -197,5 +197,13 @@ function attn.help(...) return require("attn.tools.help").help(...) end
 -- @param total the number of steps
 -- @param[opt] label text in front of the count
 function attn.progress(...) return require("attn.tools.progress").new(...) end
+--- Text generation with a GPTModel, as the book's generate (greedy, temperature,
+-- top-k; through the KV cache by default): see `attn.generate` in lua/attn/generate.lua.
+-- @param model an attn.nn.GPTModel
+-- @param idx [batch, tokens] 1-based token ids
+-- @param max_new_tokens how many tokens to append
+-- @param[opt] opts {temperature = 0, top_k = nil, use_cache = true}
+-- @return idx [batch, tokens + max_new_tokens]
+function attn.generate(...) return require("attn.generate")(...) end
 
 return attn

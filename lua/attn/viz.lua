@@ -397,4 +397,151 @@ function viz.show(w, opts)
   io.stdout:write(text)
 end
 
+-- ---- line plots (loss curves) ---------------------------------------------
+
+local LINE_COLOURS = { "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b" }
+
+--- The most points one `lines` plot draws in all (the SVG grows with them).
+viz.MAX_POINTS = 1000000
+
+local function check_series(fname, series)
+  if type(series) ~= "table" or is_tensor(series) or #series == 0 then
+    fail(fname, "bad argument #1 'series' (expected a non-empty list of {label = ..., y = {...}[, x = {...}]}, got %s)",
+      is_tensor(series) and "attn.Tensor" or (type(series) == "table" and "an empty table" or type(series)))
+  end
+  local total = 0
+  for i, s in ipairs(series) do
+    if type(s) ~= "table" or type(s.y) ~= "table" then
+      fail(fname, "series %d must be a table with a list 'y' of numbers, got %s", i,
+        type(s) == "table" and ("'y' = " .. type(s.y)) or type(s))
+    end
+    if s.label ~= nil and type(s.label) ~= "string" then
+      fail(fname, "series %d: 'label' must be a string, got %s", i, type(s.label))
+    end
+    if s.x ~= nil and (type(s.x) ~= "table" or #s.x ~= #s.y) then
+      fail(fname, "series %d: 'x' must be a list as long as 'y' (%d), got %s", i, #s.y,
+        type(s.x) == "table" and ("%d values"):format(#s.x) or type(s.x))
+    end
+    for j = 1, #s.y do
+      local y, x = s.y[j], s.x and s.x[j] or j
+      if type(y) ~= "number" then fail(fname, "series %d: y[%d] must be a number, got %s", i, j, type(y)) end
+      if type(x) ~= "number" or x ~= x or math.abs(x) == math.huge then
+        fail(fname, "series %d: x[%d] must be a finite number, got %s", i, j, tostring(x))
+      end
+    end
+    total = total + #s.y
+  end
+  if total > viz.MAX_POINTS then
+    fail(fname, "%d points in all, more than attn.viz.MAX_POINTS = %d", total, viz.MAX_POINTS)
+  end
+end
+
+-- min and max over finite values of field `key` (x defaults to the index)
+local function finite_range(series, key)
+  local lo, hi = math.huge, -math.huge
+  for _, s in ipairs(series) do
+    for j = 1, #s.y do
+      local v = key == "x" and (s.x and s.x[j] or j) or s.y[j]
+      if v == v and math.abs(v) ~= math.huge then lo, hi = math.min(lo, v), math.max(hi, v) end
+    end
+  end
+  if lo > hi then return nil end
+  if lo == hi then return lo - 0.5, hi + 0.5 end
+  return lo, hi
+end
+
+--- SVG line plot of one or more series (loss curves): axes with 5 ticks
+-- each (at the data range's ends and between: the plot spans exactly the
+-- finite values' min..max), one polyline per series (a NaN or infinite y
+-- breaks the line there), a legend of the labels.
+-- @param series a list of `{label = "train", y = {...}[, x = {...}]}` (x defaults to 1, 2, ...)
+-- @param[opt] opts table: `file` (write the SVG there), `title`, `xlabel`, `ylabel`,
+-- `width` (default 640), `height` (default 400), pixels
+-- @return the SVG text, or the path when `file` is given
+function viz.lines(series, opts)
+  local fname = "attn.viz.lines"
+  check_series(fname, series)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(fname, "bad argument #2 'opts' (expected a table of options, got %s)", type(opts))
+  end
+  opts = opts or {}
+  for _, key in ipairs({ "file", "title", "xlabel", "ylabel" }) do
+    if opts[key] ~= nil and type(opts[key]) ~= "string" then
+      fail(fname, "option '%s' must be a string, got %s", key, type(opts[key]))
+    end
+  end
+  if opts.file ~= nil and opts.file:find("\0", 1, true) then
+    fail(fname, "bad option 'file' (a path with an embedded NUL byte)")
+  end
+  for _, key in ipairs({ "width", "height" }) do
+    local v = opts[key]
+    if v ~= nil and (type(v) ~= "number" or not (v >= 200 and v <= 10000)) then
+      fail(fname, "option '%s' must be a number of pixels in [200, 10000], got %s", key,
+        type(v) == "number" and tostring(v) or type(v))
+    end
+  end
+  local width, height = opts.width or 640, opts.height or 400
+  -- the plot area: room for tick labels on the left, the x label below, the title above
+  local left, right = 70, width - 20
+  local top, bottom = opts.title and 40 or 16, height - (opts.xlabel and 50 or 34)
+  local xlo, xhi = finite_range(series, "x")
+  local ylo, yhi = finite_range(series, "y")
+  if not ylo then ylo, yhi = -0.5, 0.5 end
+  if not xlo then xlo, xhi = 0.5, 1.5 end
+  local function px(x) return left + (x - xlo) / (xhi - xlo) * (right - left) end
+  local function py(y) return bottom - (y - ylo) / (yhi - ylo) * (bottom - top) end
+  local body = {}
+  body[#body + 1] = string.format('<rect class="plot" x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="none" '
+    .. 'stroke="#444"/>', left, top, right - left, bottom - top)
+  for k = 0, 4 do
+    local xv, yv = xlo + (xhi - xlo) * k / 4, ylo + (yhi - ylo) * k / 4
+    body[#body + 1] = string.format('<line class="grid" x1="%.2f" y1="%.2f" x2="%.2f" y2="%.2f" stroke="#ddd"/>',
+      left, py(yv), right, py(yv))
+    body[#body + 1] = string.format('<text class="ytick" x="%.2f" y="%.2f" font-size="11" text-anchor="end">%s</text>',
+      left - 6, py(yv) + 4, esc(fmtv(yv)))
+    body[#body + 1] = string.format('<text class="xtick" x="%.2f" y="%.2f" font-size="11" text-anchor="middle">%s</text>',
+      px(xv), bottom + 16, esc(fmtv(xv)))
+  end
+  if opts.xlabel then
+    body[#body + 1] = string.format('<text class="xlabel" x="%.2f" y="%.2f" font-size="13" text-anchor="middle">%s</text>',
+      (left + right) / 2, height - 12, esc(opts.xlabel))
+  end
+  if opts.ylabel then
+    body[#body + 1] = string.format('<text class="ylabel" x="14" y="%.2f" font-size="13" text-anchor="middle" '
+      .. 'transform="rotate(-90 14 %.2f)">%s</text>', (top + bottom) / 2, (top + bottom) / 2, esc(opts.ylabel))
+  end
+  for i, s in ipairs(series) do
+    local colour = LINE_COLOURS[(i - 1) % #LINE_COLOURS + 1]
+    -- runs of finite points; a non-finite y ends a run
+    local run = {}
+    local function flush()
+      if #run > 0 then
+        body[#body + 1] = string.format('<polyline class="series" data-series="%d" fill="none" stroke="%s" '
+          .. 'stroke-width="1.5" points="%s"/>', i, colour, table.concat(run, " "))
+      end
+      run = {}
+    end
+    for j = 1, #s.y do
+      local y = s.y[j]
+      if y == y and math.abs(y) ~= math.huge then
+        run[#run + 1] = string.format("%.2f,%.2f", px(s.x and s.x[j] or j), py(y))
+      else
+        flush()
+      end
+    end
+    flush()
+    local ly = top + 10 + 18 * (i - 1)
+    body[#body + 1] = string.format('<line x1="%.2f" y1="%.2f" x2="%.2f" y2="%.2f" stroke="%s" stroke-width="2"/>',
+      right - 150, ly, right - 128, ly, colour)
+    body[#body + 1] = string.format('<text class="legend" x="%.2f" y="%.2f" font-size="12">%s</text>',
+      right - 122, ly + 4, esc(s.label or ("series " .. i)))
+  end
+  local svg = document(body, width, height, opts.title)
+  if opts.file then
+    write_file(fname, opts.file, svg)
+    return opts.file
+  end
+  return svg
+end
+
 return viz

@@ -1564,6 +1564,9 @@ function M.run(o)
   local outcomes = {} -- "o"/"e" per call: the run's fingerprint
   local saved_rng = attn.get_rng_state()
   attn.manual_seed(seed)
+  -- a full collection first: the finalizer kind's outcome depends on when the
+  -- collector runs, so a run must not inherit the garbage of what ran before it
+  collectgarbage()
   local child_turn = 0
   for it = 1, o.iterations or 1000 do
     -- now and then: drop a base (keeping its views) and collect

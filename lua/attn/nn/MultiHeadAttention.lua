@@ -47,6 +47,7 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
 end
 
 --- x [b, n, d_in] (n <= context_length) -> [b, n, d_out]; with
+-- `{use_cache = true}` see forward_cached; with
 -- `{need_weights = true}` also the attention weights [b, num_heads, n, n]
 -- (after dropout, as PyTorch returns them), e.g. for `attn.viz.heads`.
 -- One C call (attn.core.modules.attention_forward: projections, heads as
@@ -55,7 +56,13 @@ end
 -- (whose error the checks below raise), module by module.
 function MHA:forward(x, opts)
   if opts ~= nil then
-    opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean" })
+    opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean", use_cache = "boolean" })
+    if opts.use_cache then
+      if opts.need_weights then
+        error("MultiHeadAttention:forward: options need_weights and use_cache cannot be combined", 2)
+      end
+      return self:forward_cached(x)
+    end
     if opts.need_weights then return self:forward_modules(x, true) end
   end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
@@ -98,6 +105,63 @@ function MHA:forward_modules(x, need_weights)
   context = context:transpose(2, 3):reshape(b, n, self.d_out)
   if need_weights then return self.out_proj(context), weights end
   return self.out_proj(context)
+end
+
+--- The KV-cached forward (for decoding): x [b, n, d_in] holds the tokens at
+-- positions P+1..P+n, where P is the count of tokens cached by earlier
+-- cached calls since reset_cache(). Their keys and values are written into
+-- the cache [b, h, context_length, head_dim] and the queries attend over
+-- the P+n cached keys under the mask rows P+1..P+n (the causal mask offset
+-- by the cache length), so the outputs equal rows P+1..P+n of the uncached
+-- forward over all P+n tokens. P+n must not exceed context_length; the
+-- batch size must stay the one the cache was started with. Not recorded for
+-- autograd (the cache is for inference).
+function MHA:forward_cached(x)
+  local C = "MultiHeadAttention"
+  checks.input(C, x, "x", self.d_in, 3, 3)
+  local b, n = x:size(1), x:size(2)
+  local cache = self.kv_cache
+  local cached = cache and cache.len or 0
+  if cache and cache.keys:size(1) ~= b then
+    error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
+      C, cache.keys:size(1), checks.shape(x)), 2)
+  end
+  if cached + n > self.context_length then
+    error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
+      C, cached, n, self.context_length), 2)
+  end
+  local mask = self.mask
+  if not attn.is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < cached + n or mask:size(2) < cached + n then
+    checks.mask_buffer(C, mask, cached + n)
+  end
+  local h, hd = self.num_heads, self.head_dim
+  return attn.no_grad(function()
+    if not cache then
+      cache = { keys = attn.zeros(b, h, self.context_length, hd), values = attn.zeros(b, h, self.context_length, hd),
+                len = 0 }
+      self.kv_cache = cache
+    end
+    -- [b, n, d_out] -> [b, n, h, hd] -> [b, h, n, hd]: views, no copies
+    local queries = self.W_query(x):view(b, n, h, hd):transpose(2, 3)
+    cache.keys:narrow(3, cached + 1, n):copy_(self.W_key(x):view(b, n, h, hd):transpose(2, 3))
+    cache.values:narrow(3, cached + 1, n):copy_(self.W_value(x):view(b, n, h, hd):transpose(2, 3))
+    cache.len = cached + n
+    -- keys, values: [b, h, P+n, hd] (strided views of the cache)
+    local keys = cache.keys:narrow(3, 1, cached + n)
+    local values = cache.values:narrow(3, 1, cached + n)
+    local p = self.dropout.training and self.dropout.p or 0
+    -- mask rows P+1..P+n, columns 1..P+n: [n, P+n], nonzero = hidden
+    local context = attn.scaled_dot_product_attention(queries, keys, values,
+      { mask = mask:narrow(1, cached + 1, n):narrow(2, 1, cached + n), dropout_p = p, scale = self.scale })
+    -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]
+    context = context:transpose(2, 3):reshape(b, n, self.d_out)
+    return self.out_proj(context)
+  end)
+end
+
+--- Empties the KV cache (the next cached forward starts at position 1).
+function MHA:reset_cache()
+  self.kv_cache = nil
 end
 
 return MHA

@@ -1,0 +1,109 @@
+-- scripts/train_gpt.lua end to end at a tiny size on a small text written
+-- here: its report lines, the loss-curve SVG, checkpoints, a resumed run
+-- ending in the bits of the straight one, and bad options (exit status 2,
+-- a message naming the option).
+local attn = require "attn"
+local X = dofile("spec/fixtures/xml_check.lua")
+
+local function run(args)
+  local p = assert(io.popen("scripts/attn-lua scripts/train_gpt.lua " .. args .. " 2>&1"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return code, out
+end
+
+local function make_dir()
+  local p = assert(io.popen("mktemp -d"))
+  local dir = p:read("l")
+  p:close()
+  return dir
+end
+
+local TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
+  .. "of foolishness, it was the epoch of belief, it was the epoch of incredulity. "):rep(12)
+
+describe("scripts/train_gpt.lua", function()
+  local dir, text
+  setup(function()
+    dir = make_dir()
+    text = dir .. "/text.txt"
+    local f = assert(io.open(text, "wb"))
+    f:write(TEXT)
+    f:close()
+  end)
+  teardown(function() os.execute("rm -rf '" .. dir .. "'") end)
+
+  local function tiny(extra)
+    return ("--text %s --config tiny,context_length=16,emb_dim=16,n_layers=1 --batch 4 --eval-every 2 %s"):format(
+      text, extra)
+  end
+
+  it("trains, evaluates, plots, samples and checkpoints", function()
+    local code, out = run(tiny(("--steps 4 --sample 12 --plot %s/loss.svg --checkpoint %s/ck.safetensors"):format(
+      dir, dir)))
+    assert.are.equal(0, code, out)
+    for _, piece in ipairs({"text: " .. text, "GPTModel{context_length = 16, emb_dim = 16", "step     2  train loss",
+                            "step     4  train loss", "unigram entropy of the text:", "final validation loss:",
+                            "sample (temperature 0.8, top_k 40):\nThe ", "loss curve: " .. dir .. "/loss.svg"}) do
+      assert.is_truthy(out:find(piece, 1, true), piece .. " in:\n" .. out)
+    end
+    local f = assert(io.open(dir .. "/loss.svg", "rb"))
+    local root = X.parse(f:read("a"))
+    f:close()
+    assert.are.equal("svg", root.name)
+    local tensors, meta = attn.load_safetensors(dir .. "/ck.safetensors")
+    assert.are.equal("4", meta["extra.step"])
+    assert.are.same({256, 16}, tensors["model.tok_emb.weight"]:size())
+  end)
+
+  it("resumed from its step-2 checkpoint, ends with the straight run's bits", function()
+    local straight, resumed = dir .. "/straight.safetensors", dir .. "/resumed.safetensors"
+    local code, out = run(tiny("--steps 4 --sample 0 --checkpoint " .. straight))
+    assert.are.equal(0, code, out)
+    code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. resumed))
+    assert.are.equal(0, code, out)
+    code, out = run(tiny("--steps 4 --sample 0 --resume --checkpoint " .. resumed))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("resumed from " .. resumed .. " after step 2", 1, true), out)
+    local a, am = attn.load_safetensors(straight)
+    local b, bm = attn.load_safetensors(resumed)
+    assert.are.equal(am["extra.train"], bm["extra.train"])   -- every step's loss, both halves
+    local names = 0
+    for name, t in pairs(a) do
+      names = names + 1
+      assert.is_true(attn.equal(t, b[name]), name)
+    end
+    assert.is_true(names > 10)
+  end)
+
+  it("refuses a checkpoint of another config", function()
+    local path = dir .. "/other.safetensors"
+    local code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    code, out = run(("--text %s --config tiny,context_length=16,emb_dim=32,n_layers=1 --steps 3 --resume --checkpoint %s"):format(
+      text, path))
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("saved from another config: emb_dim = 16 there, 32 here", 1, true), out)
+  end)
+
+  it("rejects bad options with exit status 2, naming them", function()
+    for _, case in ipairs({
+      {"--steps 0", "--steps: expected at least 1"},
+      {"--lr -0.1", "--lr: expected a learning rate >= 0"},
+      {"--lr x", "--lr: expected a number, got 'x'"},
+      {"--batch 1.5", "--batch: expected an integer"},
+      {"--config huge", "unknown config 'huge'"},
+      {"--config tiny,emb_dim=31", "emb_dim = 31 must be divisible by n_heads = 2"},
+      {"--config tiny,vocab_size=300", "vocab_size must be 256"},
+      {"--config tiny,heads=2", "bad entry 'heads=2'"},
+      {"--resume", "--resume needs --checkpoint"},
+      {"--frobnicate", "unknown option --frobnicate"},
+      {"--steps", "option --steps needs a value"},
+      {"--text /nonexistent/text.txt", "cannot read the text"},
+    }) do
+      local code, out = run(case[1])
+      assert.are.equal(2, code, case[1] .. ": " .. out)
+      assert.is_truthy(out:find(case[2], 1, true), case[1] .. ": " .. out)
+    end
+  end)
+end)
