@@ -176,6 +176,9 @@ if wanted("window") then
     end, opts.reps)
     emit { case = "window", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = true, window = left,
            ms = ms, gflops = 4.0 * b * h * pairs * e / (ms * 1e6), visible_pairs = pairs }
+  end
+end
+
 -- forward + backward through the raw calls the autograd engine records
 -- (attn.core.autograd): ms of both, fwd_ms of the forward alone, gflops =
 -- 14*b*h*lq*lk*e / time (the forward's 4 plus the backward's 10). dout is out

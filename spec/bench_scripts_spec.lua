@@ -119,3 +119,12 @@ describe("scripts/bench_torch.py argument handling", function()
     os.execute("rm -rf '" .. blocker .. "'")
   end)
 end)
+
+describe("scripts/bench.lua", function()
+  it("compiles, and a bad argument exits with status 2", function()
+    assert(loadfile("scripts/bench.lua")) -- a merge that breaks the script's syntax fails here, not in a bench run
+    local code, out = run("scripts/attn-lua scripts/bench.lua --frobnicate")
+    assert.are.equal(2, code, out)
+    assert.matches("unknown argument %-%-frobnicate", out)
+  end)
+end)
