@@ -121,10 +121,8 @@ describe("scripts/bench_torch.py argument handling", function()
 end)
 
 describe("scripts/bench.lua", function()
-  it("compiles, and a bad argument exits with status 2", function()
-    assert(loadfile("scripts/bench.lua")) -- a merge that breaks the script's syntax fails here, not in a bench run
-    local code, out = run("scripts/attn-lua scripts/bench.lua --frobnicate")
-    assert.are.equal(2, code, out)
-    assert.matches("unknown argument %-%-frobnicate", out)
+  it("compiles (a merge that breaks the script's syntax fails here, not in a bench run)", function()
+    local chunk, err = loadfile("scripts/bench.lua")
+    assert.is_function(chunk, err)
   end)
 end)
