@@ -23,10 +23,8 @@ local function is_tensor(x) return getmetatable(x) == Tensor_mt end
 local raw = {}
 for k, v in pairs(Tensor) do raw[k] = v end
 for k, v in pairs(core) do if type(v) == "function" and raw[k] == nil then raw[k] = v end end
-local raw_index = Tensor_mt.__index
 M.raw = raw
 
-local function shape(t) return t:size() end
 local function norm_dim(d, ndim) if d < 0 then return d + ndim + 1 end return d end
 
 -- ------------------------------------------------------------ elementwise ----
@@ -610,5 +608,4 @@ function M.install(attn)
   Tensor_mt.__unm = function(a) return neg(a) end
 end
 
-M.raw_index = raw_index
 return M
