@@ -208,6 +208,24 @@ describe("autograd semantics", function()
     assert.are.same({2, 2}, x.grad:totable())
   end)
 
+  it("no_grad, set_grad_enabled, requires_grad_, detach and the grad field refuse bad arguments clearly", function()
+    local cases = {
+      { function() attn.no_grad(5) end, "attn.no_grad: bad argument #1 'fn' %(expected a function, got number%)" },
+      { function() attn.set_grad_enabled("yes") end, "attn.set_grad_enabled: bad argument #1 'on' %(expected a boolean" },
+      { function() attn.ones(2):requires_grad_(1) end, "Tensor:requires_grad_: bad argument #2 'requires_grad'" },
+      { function() attn.ones(2):detach(1) end, "Tensor:detach: bad argument #2" },
+      { function() attn.ones(2).grad = attn.ones(3) end, "the gradient's shape %[3%] differs from the tensor's %[2%]" },
+      { function() attn.ones(2).grad = 7 end, "expected an attn.Tensor or nil, got number" },
+      { function() attn.autograd.grad(attn.ones(1), 3) end, "bad argument #2 'inputs'" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.matches(c[2], err)
+    end
+    assert.is_true(attn.is_grad_enabled())
+  end)
+
   it("creation functions take {requires_grad = true}", function()
     for _, t in ipairs{ attn.zeros(2, 3, {requires_grad = true}), attn.ones({2}, {requires_grad = true}),
       attn.empty(2, {requires_grad = true}), attn.full({2}, 3, {requires_grad = true}),
