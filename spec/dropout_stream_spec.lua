@@ -10,32 +10,8 @@ local nn = attn.nn
 
 local S = dofile("spec/fixtures/sampling_cases.lua")
 
-local function f32bits(x)
-  return (string.unpack("<I4", string.pack("<f", x)))
-end
-
-local function fl(x) -- rounded to float32
-  return (string.unpack("<f", string.pack("<f", x)))
-end
-
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then
-      for _, e in ipairs(v) do walk(e) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  walk(t:totable())
-  return out
-end
-
-local function hex_list(values)
-  local out = {}
-  for i, v in ipairs(values) do out[i] = string.format("0x%08x", f32bits(v)) end
-  return out
-end
+local bits = require "support.bits"
+local f32bits, fl, flat, hex_list, error_matching = bits.f32bits, bits.fl, bits.flat, bits.hex_list, bits.error_matching
 
 local function hex_want(bits)
   local out = {}
@@ -52,13 +28,6 @@ local function flag_string(t)
   local out = {}
   for i, v in ipairs(flat(t)) do out[i] = v ~= 0 and "1" or "0" end
   return table.concat(out)
-end
-
-local function error_matching(fn, text)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error containing: " .. text)
-  err = tostring(err)
-  assert.is_truthy(err:find(text, 1, true), "error '" .. err .. "' does not contain '" .. text .. "'")
 end
 
 local function with_stream(name, fn)

@@ -9,33 +9,8 @@ local V = dofile("spec/fixtures/torch_rng_vectors.lua")
 local X = dofile("spec/fixtures/torch_rng_extra.lua")
 local SEEDS = {0, 42, 123, 789, 2024}
 
-local function f32bits(x) return (string.unpack("<I4", string.pack("<f", x))) end
-
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then for _, e in ipairs(v) do walk(e) end else out[#out + 1] = v end
-  end
-  walk(t:totable())
-  return out
-end
-
-local function assert_bits(t, want, what)
-  local vals = flat(t)
-  assert.are.equal(#want, #vals, what .. ": element count")
-  for i = 1, #want do
-    if f32bits(vals[i]) ~= want[i] then
-      error(("%s: element %d is 0x%08x, expected 0x%08x"):format(what, i, f32bits(vals[i]), want[i]), 2)
-    end
-  end
-end
-
-local function error_matching(fn, text)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error containing: " .. text)
-  err = tostring(err)
-  assert.is_truthy(err:find(text, 1, true), "error '" .. err .. "' does not contain '" .. text .. "'")
-end
+local bits = require "support.bits"
+local f32bits, flat, assert_bits, error_matching = bits.f32bits, bits.flat, bits.assert_bits, bits.error_matching
 
 -- the nested module of gen_rng_torch.py, in Lua
 local Inner = Module:extend("Inner")

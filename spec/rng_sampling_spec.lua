@@ -7,22 +7,8 @@ local attn = require "attn"
 
 local S = dofile("spec/fixtures/sampling_cases.lua")
 
-local function f32bits(x)
-  return (string.unpack("<I4", string.pack("<f", x)))
-end
-
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then
-      for _, e in ipairs(v) do walk(e) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  walk(t:totable())
-  return out
-end
+local bits = require "support.bits"
+local f32bits, flat, error_matching = bits.f32bits, bits.flat, bits.error_matching
 
 -- torch's 0-based values + shift, as a plain list
 local function shifted(values, shift)
@@ -37,13 +23,6 @@ local function assert_after(want, what)
     assert.are.equal(string.format("0x%08x", want[i]), string.format("0x%08x", f32bits(got[i])),
       what .. ": rand() after the call (the stream position)")
   end
-end
-
-local function error_matching(fn, text)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error containing: " .. text)
-  err = tostring(err)
-  assert.is_truthy(err:find(text, 1, true), "error '" .. err .. "' does not contain '" .. text .. "'")
 end
 
 describe("attn.randperm", function()

@@ -8,46 +8,13 @@ local V = dofile("spec/fixtures/torch_rng_vectors.lua")
 local X = dofile("spec/fixtures/torch_rng_extra.lua")
 local SEEDS = {0, 42, 123, 789, 2024}
 
-local function f32bits(x)
-  return (string.unpack("<I4", string.pack("<f", x)))
-end
-
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then
-      for _, e in ipairs(v) do walk(e) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  walk(t:totable())
-  return out
-end
-
--- compare a tensor (or list of floats) with a list of float32 bit patterns
-local function assert_bits(got, want, what)
-  local vals = attn.is_tensor(got) and flat(got) or got
-  assert.are.equal(#want, #vals, what .. ": element count")
-  for i = 1, #want do
-    local b = f32bits(vals[i])
-    if b ~= want[i] then
-      error(string.format("%s: element %d is 0x%08x (%.9g), expected 0x%08x", what, i, b, vals[i], want[i]), 2)
-    end
-  end
-end
+local bits = require "support.bits"
+local f32bits, flat, assert_bits, error_matching = bits.f32bits, bits.flat, bits.assert_bits, bits.error_matching
 
 local function keep_flags(t)
   local out = {}
   for i, v in ipairs(flat(t)) do out[i] = (v ~= 0) and 1 or 0 end
   return out
-end
-
-local function error_matching(fn, text)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error containing: " .. text)
-  err = tostring(err)
-  assert.is_truthy(err:find(text, 1, true), "error '" .. err .. "' does not contain '" .. text .. "'")
 end
 
 describe("attn.manual_seed / raw draws", function()
