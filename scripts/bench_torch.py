@@ -6,7 +6,8 @@
 Attention cases use torch.nn.functional._scaled_dot_product_attention (1.13's
 CPU math kernel) with is_causal; `mha` is nn.MultiheadAttention(768, 12) with a
 causal attn_mask, batch_first; `tiny` times the notebooks' CausalAttention and
-MultiHeadAttention classes (eager). The `*_bwd` cases time the same SDPA call's
+MultiHeadAttention classes (eager), `tiny_train` the same with recording:
+forward + backward of m(x).sum() per call, `fwd_us` the recorded forward alone. The `*_bwd` cases time the same SDPA call's
 forward and backward (dout = out, as bench.lua), `fwd_ms` its forward alone
 with recording on, gflops = 14*b*h*lq*lk*e / time (C_causal_bwd is left out,
 as C_causal: its [8, 16384, 16384] scores do not fit); `train_gpt` one training
@@ -139,7 +140,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="all",
                     help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, A_bwd, A_causal_bwd, B_bwd, "
-                    "mha, tiny, train_gpt (default: all)")
+                    "mha, tiny, tiny_train, train_gpt (default: all)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: OMP_NUM_THREADS, else every CPU, as bench.lua)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up; ms is the best")
@@ -147,7 +148,7 @@ def main():
     if a.reps < 1 or (a.threads is not None and a.threads < 1):
         ap.error("--reps and --threads expect positive integers")
     known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny",
-             "train_gpt"}
+             "tiny_train", "train_gpt"}
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want is not None and not want <= known:
         ap.error("unknown case(s) %s; known: %s" % (", ".join(sorted(want - known)), ", ".join(sorted(known))))
@@ -199,6 +200,23 @@ def main():
                         m(batch)
                 emit(dict(case="tiny", kernel=label, b=2, h=getattr(m, "num_heads", 1), lq=6, lk=6, e=2, causal=True),
                      best_ms(loop, a.reps), per_call=calls)
+    if wanted("tiny_train"):
+        # bench.lua's tiny_train: the recorded forward, and forward + backward of m(x).sum()
+        batch = torch.rand(2, 6, 3)
+        for label, m in [("CausalAttention", notebook_causal_attention(torch)(3, 2, 6, 0.0)),
+                         ("MultiHeadAttention", MultiHeadAttention(3, 2, 6, 0.0, 2))]:
+            calls = 2000
+
+            def forward_loop():
+                for _ in range(calls):
+                    m(batch)
+
+            def train_loop():
+                for _ in range(calls):
+                    m(batch).sum().backward()
+            fwd = best_ms(forward_loop, a.reps)
+            emit(dict(case="tiny_train", kernel=label, b=2, h=getattr(m, "num_heads", 1), lq=6, lk=6, e=2,
+                      causal=True, fwd_us=fwd["ms"] * 1000 / calls), best_ms(train_loop, a.reps), per_call=calls)
     for name, b, h, n, e, causal in [("A_bwd", 4, 12, 1024, 64, False), ("A_causal_bwd", 4, 12, 1024, 64, True),
                                       ("B_bwd", 1, 8, 4096, 64, False)]:
         if not wanted(name):
