@@ -53,7 +53,7 @@ function CausalAttention:forward(x, opts)
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
-      local fused = self:recording(x) and fused_recorded or fused_forward
+      local fused = Module.linears_recording(x, q, k, v) and fused_recorded or fused_forward
       local y = fused(x, self.d_in, self.context_length, 0, 1, 1 / math.sqrt(self.d_out), p,
         q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)
       if y then return y end

@@ -302,6 +302,38 @@ function Module:recording(x)
   return false
 end
 
+local history, parameters = autograd._history, autograd._parameters
+
+-- Whether one of the Linear l's parameters requires grad. Each is visited: a
+-- tensor assigned over a registered parameter is marked one first, as
+-- named_parameters does.
+local function linear_requires_grad(l)
+  local names, found = l._param_names, false
+  for i = 1, #names do
+    local t = l[names[i]]
+    if t ~= nil then
+      if not parameters[t] and is_tensor(t) then autograd.mark_parameter(t) end
+      if history[t] then found = true end
+    end
+  end
+  return found
+end
+
+--- Whether a forward that reads only x and the parameters of the Linear
+-- modules a, b, c[, d] would record (the fused forwards of CausalAttention
+-- and MultiHeadAttention): grad mode on and x or one of those parameters
+-- requires grad. Module:recording's answer for such a module, without its
+-- walk over every parameter (no table is made).
+function Module.linears_recording(x, a, b, c, d)
+  if not autograd.is_grad_enabled() then return false end
+  local found = history[x] and true or false
+  if linear_requires_grad(a) then found = true end
+  if linear_requires_grad(b) then found = true end
+  if linear_requires_grad(c) then found = true end
+  if d ~= nil and linear_requires_grad(d) then found = true end
+  return found
+end
+
 --- Total element count of the parameters.
 function Module:num_parameters()
   local n = 0

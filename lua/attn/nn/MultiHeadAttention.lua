@@ -71,7 +71,7 @@ function MHA:forward(x, opts)
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
-      local fused = self:recording(x) and fused_recorded or fused_forward
+      local fused = Module.linears_recording(x, q, k, v, o) and fused_recorded or fused_forward
       local y = fused(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
         q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias, self.mask)
       if y then return y end
