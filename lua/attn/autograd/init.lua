@@ -70,8 +70,20 @@ function M.enable_grad(fn, ...) return with_mode(true, "attn.enable_grad", fn, .
 
 -- ---------------------------------------------------------------- nodes ----
 
+-- The per-call bookkeeping in C (src/binding/lua_tensor.c): scanning the
+-- inputs, giving the outputs their slots, saving and checking versions.
+local autograd_inputs, autograd_outputs = core._autograd_inputs, core._autograd_outputs
+local autograd_save, autograd_changed = core._autograd_save, core._autograd_changed
+local same_size = core._autograd_same_size
+
 --- A recorded operation (`t.grad_fn`): `node:name()` is PyTorch 1.13's name of
 -- the node for the same computation ("MmBackward0").
+-- One table per recorded call: the node is also the context (ctx) its
+-- forward and backward get. Its fields: _name, _def, needs_input_grad,
+-- _edges (per tensor input: the history entry {node, slot} of the input,
+-- the input itself for a leaf, false without history), _nout and _shapes
+-- (the sizes of each differentiable output), _saved (what save_for_backward
+-- kept, with the versions), _nondiff.
 local Node = {}
 Node.__index = Node
 Node.__name = "attn.autograd.Node"
@@ -83,58 +95,43 @@ function Node:next_functions()
   local out = {}
   for i, e in ipairs(self._edges) do
     if e == false then out[i] = { nil, 0 }
-    elseif e.leaf then out[i] = { "AccumulateGrad", 0 }
+    elseif type(e) ~= "table" then out[i] = { "AccumulateGrad", 0 }
     else out[i] = { e.node, e.slot - 1 } end
   end
   return out
 end
 
--- The context of one recorded call, handed to forward and backward.
-local Ctx = {}
-Ctx.__index = Ctx
-
 local RELEASED = {}
 
 --- Keep tensors for the backward; their versions are checked when read back.
-function Ctx:save_for_backward(...)
-  local n = select("#", ...)
-  local saved = { n = n }
-  local versions = {}
-  for i = 1, n do
-    local t = select(i, ...)
-    saved[i] = t
-    if is_tensor(t) then versions[i] = version_of(t) end
-  end
-  self._saved, self._versions = saved, versions
+function Node:save_for_backward(...)
+  self._saved = autograd_save(...)
 end
 
 --- The saved tensors, in the order given. Raises when one was modified in
 -- place since it was saved, or when the graph was freed by an earlier backward.
-function Ctx:saved()
+function Node:saved()
   local saved = self._saved
   if saved == RELEASED then
     error("attn.autograd: trying to backward through the graph a second time (or to read saved tensors after "
-      .. "they have been freed): " .. self._node._name .. "'s saved tensors were freed by the first backward; "
+      .. "they have been freed): " .. self._name .. "'s saved tensors were freed by the first backward; "
       .. "pass {retain_graph = true} to the first backward (or autograd.grad) to keep them", 0)
   end
   if saved == nil then return end
-  for i = 1, saved.n do
+  local i = autograd_changed(saved)
+  if i then
     local t = saved[i]
-    if is_tensor(t) then
-      local v, writer = version_of(t)
-      if v ~= self._versions[i] then
-        error(("attn.autograd: a tensor of shape %s saved by %s for its backward was modified in place by %s "
-          .. "(it is at version %d; %s expected version %d): clone it before the in-place operation, or do "
-          .. "the operation out of place"):format(shape_str(t:size()), self._node._name, writer or "an in-place operation",
-          v, self._node._name, self._versions[i]), 0)
-      end
-    end
+    local v, writer = version_of(t)
+    error(("attn.autograd: a tensor of shape %s saved by %s for its backward was modified in place by %s "
+      .. "(it is at version %d; %s expected version %d): clone it before the in-place operation, or do "
+      .. "the operation out of place"):format(shape_str(t:size()), self._name, writer or "an in-place operation",
+      v, self._name, saved[saved.n + i]), 0)
   end
   return table.unpack(saved, 1, saved.n)
 end
 
 --- Mark outputs (indices) that have no gradient.
-function Ctx:mark_non_differentiable(...)
+function Node:mark_non_differentiable(...)
   self._nondiff = self._nondiff or {}
   for i = 1, select("#", ...) do self._nondiff[select(i, ...)] = true end
 end
@@ -150,31 +147,13 @@ local NOCTX = setmetatable({ needs_input_grad = setmetatable({}, { __index = fun
 
 local pack, unpack, select_, type_ = table.pack, table.unpack, select, type
 
-local function requires(x)
-  if history[x] then return true end
-  if type_(x) == "table" and getmetatable(x) == nil then
-    for _, y in ipairs(x) do if history[y] then return true end end
-  end
-  return false
-end
-
--- the tensor inputs of a call: tensors in order, a plain list counting as its tensors
-local function flatten_inputs(n, ...)
-  local inputs = {}
-  for i = 1, n do
-    local a = select_(i, ...)
-    if is_tensor(a) then inputs[#inputs + 1] = a
-    elseif type_(a) == "table" and getmetatable(a) == nil then
-      for _, y in ipairs(a) do if is_tensor(y) then inputs[#inputs + 1] = y end end
-    end
-  end
-  return inputs
-end
-
 local function leaf_message(fname, what)
   return fname .. ": " .. what .. " that requires grad is used in an in-place operation; autograd could not "
     .. "compute its gradient. Do the update inside attn.no_grad (as optimizers do), or on a detached tensor"
 end
+
+local VIEW_REBASE = "in-place operation on a view of a tensor that requires grad; attn's autograd "
+  .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base"
 
 --- Make a differentiable function from `{name, forward, backward[, dirty, view]}`.
 -- forward(ctx, ...) gets the caller's arguments and returns the outputs;
@@ -191,71 +170,43 @@ function M.Function(def)
     "autograd.Function: name, forward and backward are required")
   local dirty, is_view = def.dirty, def.view
   local fname = def.fname or name
+  local name_of = type(name) == "function" and name or nil
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
   return function(...)
     if not enabled then return plain(...) end
-    local n = select_("#", ...)
-    local need = false
-    for i = 1, n do
-      if requires((select_(i, ...))) then need = true break end
-    end
-    if not need then
+    local inputs, edges, needs = autograd_inputs(history, ...)
+    if not inputs then
       if dirty then
         local self = ...
-        if view_base[self] and history[view_base[self]] then
-          error(fname .. ": in-place operation on a view of a tensor that requires grad; attn's autograd "
-            .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base", 2)
-        end
+        if view_base[self] and history[view_base[self]] then error(fname .. ": " .. VIEW_REBASE, 2) end
       end
       return plain(...)
-    end
-    local inputs = flatten_inputs(n, ...)
-    local ctx = setmetatable({ needs_input_grad = {} }, Ctx)
-    local edges, in_shapes = {}, {}
-    for i, x in ipairs(inputs) do
-      local h = history[x]
-      if h == true then edges[i] = { leaf = x }
-      elseif h then edges[i] = h
-      else edges[i] = false end
-      ctx.needs_input_grad[i] = h and true or false
-      if h then in_shapes[i] = x:size() end
     end
     if dirty then
       local self = inputs[1]
       if history[self] == true then error(leaf_message(fname, "a leaf tensor"), 2) end
       if view_base[self] and history[view_base[self]] then
-        local base = view_base[self]
-        if history[base] == true then error(leaf_message(fname, "a view of a leaf tensor"), 2) end
-        error(fname .. ": in-place operation on a view of a tensor that requires grad; attn's autograd "
-          .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base", 2)
+        if history[view_base[self]] == true then error(leaf_message(fname, "a view of a leaf tensor"), 2) end
+        error(fname .. ": " .. VIEW_REBASE, 2)
       end
     end
+    -- every field the bookkeeping sets exists from the start: no rehash as they arrive
+    local node = setmetatable({ _name = name, _def = def, needs_input_grad = needs, _edges = edges, _nout = 0,
+                                _shapes = false }, Node)
     enabled = false
-    local r = pack(pcall(forward, ctx, ...))
+    local r = pack(pcall(forward, node, ...))
     enabled = true
     if not r[1] then error(r[2], 0) end
-    local node = setmetatable({ _name = type_(name) == "function" and name(...) or name, _def = def, _ctx = ctx, _edges = edges, _in_shapes = in_shapes,
-                                _shapes = {} }, Node)
-    ctx._node = node
-    local nondiff = ctx._nondiff
-    local slots = 0
-    for i = 2, r.n do
-      local o = r[i]
-      if is_tensor(o) and not (nondiff and nondiff[o]) then
-        local is_input = false
-        if not dirty or o ~= inputs[1] then
-          for _, x in ipairs(inputs) do if x == o then is_input = true break end end
-        end
-        if not is_input then
-          slots = slots + 1
-          node._shapes[slots] = o:size()
-          history[o] = { node = node, slot = slots }
-          if is_view then view_base[o] = view_base[inputs[1]] or inputs[1] end
-        end
+    if name_of then node._name = name_of(...) end
+    autograd_outputs(history, node, inputs, node._nondiff, dirty, r)
+    if is_view then
+      local base = view_base[inputs[1]] or inputs[1]
+      for i = 2, r.n do
+        local h = history[r[i]]
+        if type_(h) == "table" and h.node == node then view_base[r[i]] = base end
       end
     end
-    node._nout = slots
     return unpack(r, 2, r.n)
   end
 end
@@ -316,8 +267,10 @@ local function run(fname, roots, root_grads, retain, capture, results)
     local node = stack[#stack]
     stack[#stack] = nil
     order[#order + 1] = node
-    for _, e in ipairs(node._edges) do
-      if e and e.node then
+    local edges = node._edges
+    for i = 1, #edges do
+      local e = edges[i]
+      if type_(e) == "table" then
         deps[e.node] = (deps[e.node] or 0) + 1
         if not seen[e.node] then
           seen[e.node] = true
@@ -371,32 +324,35 @@ local function run(fname, roots, root_grads, retain, capture, results)
           if k then results[k] = gs[s] end
         end
       end
-      local ctx = node._ctx
+      local ctx = node
       local r = pack(node._def.backward(ctx, unpack(gs, 1, node._nout)))
       if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
-      for i, e in ipairs(node._edges) do
-        local g = r[i]
+      local edges = node._edges
+      for i = 1, #edges do
+        local e, g = edges[i], r[i]
+        local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
         if e and g ~= nil then
           if not is_tensor(g) then
             error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
               :format(node._name, type_(g), i), 0)
           end
-          if not same_shape(g:size(), node._in_shapes[i]) then
+          local in_shape = from_node and e.node._shapes[e.slot] or e
+          if not same_size(g, in_shape) then
             error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-              :format(node._name, shape_str(g:size()), i, shape_str(node._in_shapes[i])), 0)
+              :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
           end
-          if e.leaf then
+          if not from_node then
             if capture then
-              local k = capture.leaves[e.leaf]
+              local k = capture.leaves[e]
               if k then results[k] = results[k] and results[k] + g or g end
             else
-              accumulate(e.leaf, g)
+              accumulate(e, g)
             end
           else
             add_to(e.node, e.slot, g)
           end
         end
-        if e and e.node then
+        if from_node then
           deps[e.node] = deps[e.node] - 1
           if deps[e.node] == 0 then
             tail = tail + 1
