@@ -72,8 +72,7 @@ end
 
 -- attention_forward's 16 arguments: x, d_in, context_length, rank, heads,
 -- scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask. The tensor inputs are x and
--- the parameters present, in that order.
-local PARAM_ARGS = { 8, 9, 10, 11, 12, 13, 14, 15 }
+-- the parameters present, in that order, then the mask.
 
 --- The fused module forward that records (CausalAttention, MultiHeadAttention):
 -- the arguments of `attn.core.modules.attention_forward`; nil when the fused
@@ -87,30 +86,31 @@ M.fused_attention = autograd.Function{
   end,
   fname = "attention_forward",
   raw = fused_forward,
-  forward = function(ctx, ...)
-    local a = table.pack(...)
-    a[17] = true -- and the dropout draw
-    local out, draw = fused_forward(table.unpack(a, 1, 17))
+  -- the 16 arguments as they are (no table): the backward takes them back from the saved list
+  forward = function(ctx, x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
+    local out, draw = fused_forward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo,
+      mask, true) -- and the dropout draw
     if out == nil then return nil end
-    a[17], a.n = nil, 16
-    ctx.args, ctx.draw = a, draw
-    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16])
+    ctx.draw = draw
+    ctx:save_for_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
     return out
   end,
   backward = function(ctx, g)
-    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask = ctx:saved()
-    local a = ctx.args
-    local r = table.pack(fused_backward(x, a[2], a[3], a[4], a[5], a[6], a[7], wq, bq, wk, bk, wv, bv, wo, bo, mask,
-      g, ctx.draw))
+    local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask = ctx:saved()
+    local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
+      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
-    local grads, need = { r[1] }, ctx.needs_input_grad
-    for i, arg in ipairs(PARAM_ARGS) do
-      if is_tensor(a[arg]) then grads[#grads + 1] = r[i + 1] end
-    end
-    for i = 1, #grads do
-      if not need[i] then grads[i] = nil end
-    end
-    return table.unpack(grads, 1, #grads)
+    local need = ctx.needs_input_grad
+    local grads, k = { need[1] and dx or nil }, 1
+    if wq ~= nil then k = k + 1; grads[k] = need[k] and dwq or nil end
+    if bq ~= nil then k = k + 1; grads[k] = need[k] and dbq or nil end
+    if wk ~= nil then k = k + 1; grads[k] = need[k] and dwk or nil end
+    if bk ~= nil then k = k + 1; grads[k] = need[k] and dbk or nil end
+    if wv ~= nil then k = k + 1; grads[k] = need[k] and dwv or nil end
+    if bv ~= nil then k = k + 1; grads[k] = need[k] and dbv or nil end
+    if wo ~= nil then k = k + 1; grads[k] = need[k] and dwo or nil end
+    if bo ~= nil then k = k + 1; grads[k] = need[k] and dbo or nil end
+    return table.unpack(grads, 1, k)
   end,
 }
 

@@ -249,6 +249,94 @@ local function accumulate(x, g)
   end
 end
 
+-- The gradient buffers of the walk: buffers[node] is the gradient summed so
+-- far for a node's only output, or a table slot -> gradient for a node of
+-- several outputs (no table per node in the common case).
+local function add_to(buffers, node, slot, g)
+  if node._nout == 1 then
+    local old = buffers[node]
+    if old == nil then buffers[node] = g else buffers[node] = old + g end
+    return
+  end
+  local b = buffers[node]
+  if not b then b = {} buffers[node] = b end
+  local old = b[slot]
+  if old == nil then b[slot] = g else b[slot] = old + g end
+end
+
+-- The gradient flowing into a node's output slot s, as the walk hands it to
+-- the node's backward (zeros when nothing flowed into it); captured for
+-- autograd.grad when that output is one of its inputs.
+local function slot_grad(g, node, s, capture, results)
+  if g == nil then g = raw_zeros(node._shapes[s]) end
+  if capture then
+    local cs = capture.slots[node]
+    local k = cs and cs[s]
+    if k then results[k] = g end
+  end
+  return g
+end
+
+-- The walk over the ready queue (run's second half, under its pcall): each
+-- node's backward once every node that feeds it gradient has run.
+local function walk(ready, tail, deps, buffers, retain, capture, results)
+  local head = 1
+  while ready[head] do
+    local node = ready[head]
+    ready[head] = nil
+    head = head + 1
+    local nout, backward, r = node._nout, node._def.backward, nil
+    if nout == 1 then
+      local g = slot_grad(buffers[node], node, 1, capture, results)
+      buffers[node] = nil
+      r = pack(backward(node, g))
+    else
+      local b = buffers[node] or {}
+      buffers[node] = nil
+      local gs = {}
+      for s = 1, nout do gs[s] = slot_grad(b[s], node, s, capture, results) end
+      r = pack(backward(node, unpack(gs, 1, nout)))
+    end
+    if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
+    local edges = node._edges
+    for i = 1, #edges do
+      local e, g = edges[i], r[i]
+      local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
+      if e and g ~= nil then
+        if not is_tensor(g) then
+          error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
+            :format(node._name, type_(g), i), 0)
+        end
+        local in_shape = from_node and e.node._shapes[e.slot] or e
+        if not same_size(g, in_shape) then
+          error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
+            :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
+        end
+        if not from_node then
+          if capture then
+            local k = capture.leaves[e]
+            if k then results[k] = results[k] and results[k] + g or g end
+          else
+            accumulate(e, g)
+          end
+        else
+          add_to(buffers, e.node, e.slot, g)
+        end
+      end
+      if from_node then
+        local to = e.node
+        local d = deps[to] - 1
+        deps[to] = d
+        if d == 0 then
+          tail = tail + 1
+          ready[tail] = to
+        end
+      end
+    end
+    if not retain and node._saved ~= nil then node._saved = RELEASED end
+  end
+end
+
 -- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
 -- their gradients. capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
@@ -280,12 +368,6 @@ local function run(fname, roots, root_grads, retain, capture, results)
     end
   end
   local buffers = {}
-  local function add_to(node, slot, g)
-    local b = buffers[node]
-    if not b then b = {} buffers[node] = b end
-    local old = b[slot]
-    if old == nil then b[slot] = g else b[slot] = old + g end
-  end
   for i, t in ipairs(roots) do
     local h = history[t]
     if h == true then
@@ -296,7 +378,7 @@ local function run(fname, roots, root_grads, retain, capture, results)
         accumulate(t, root_grads[i])
       end
     elseif h then
-      add_to(h.node, h.slot, root_grads[i])
+      add_to(buffers, h.node, h.slot, root_grads[i])
     end
   end
   local ready, tail = {}, 0
@@ -308,61 +390,7 @@ local function run(fname, roots, root_grads, retain, capture, results)
   end
   local prev = enabled
   enabled = false
-  local ok, err = pcall(function()
-    local head = 1
-    while ready[head] do
-      local node = ready[head]
-      ready[head] = nil
-      head = head + 1
-      local b = buffers[node] or {}
-      buffers[node] = nil
-      local gs = {}
-      for s = 1, node._nout do
-        gs[s] = b[s] or raw_zeros(node._shapes[s])
-        if capture then
-          local k = capture.slots[node] and capture.slots[node][s]
-          if k then results[k] = gs[s] end
-        end
-      end
-      local ctx = node
-      local r = pack(node._def.backward(ctx, unpack(gs, 1, node._nout)))
-      if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
-      local edges = node._edges
-      for i = 1, #edges do
-        local e, g = edges[i], r[i]
-        local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
-        if e and g ~= nil then
-          if not is_tensor(g) then
-            error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
-              :format(node._name, type_(g), i), 0)
-          end
-          local in_shape = from_node and e.node._shapes[e.slot] or e
-          if not same_size(g, in_shape) then
-            error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-              :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
-          end
-          if not from_node then
-            if capture then
-              local k = capture.leaves[e]
-              if k then results[k] = results[k] and results[k] + g or g end
-            else
-              accumulate(e, g)
-            end
-          else
-            add_to(e.node, e.slot, g)
-          end
-        end
-        if from_node then
-          deps[e.node] = deps[e.node] - 1
-          if deps[e.node] == 0 then
-            tail = tail + 1
-            ready[tail] = e.node
-          end
-        end
-      end
-      if not retain and ctx._saved ~= nil then ctx._saved = RELEASED end
-    end
-  end)
+  local ok, err = pcall(walk, ready, tail, deps, buffers, retain, capture, results)
   enabled = prev
   if not ok then
     if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
