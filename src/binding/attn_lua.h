@@ -17,6 +17,8 @@
  * Views share the storage object, which keeps it alive. */
 
 attn_tensor *attnL_test(lua_State *L, int arg);
+/* Makes the table at idx the tensor metatable of attnL_test and new tensors (once, at load). */
+void attnL_register_tensor_mt(lua_State *L, int idx);
 /* The tensor at arg, or an error "fname: bad argument #arg 'what' (expected attn.Tensor, got T)". */
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what);
 

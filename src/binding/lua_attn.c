@@ -32,6 +32,7 @@ int luaopen_attn_core(lua_State *L) {
   lua_newtable(L);                       /* module */
   lua_newtable(L);                       /* methods */
   luaL_newmetatable(L, ATTN_TENSOR_NAME); /* metatable, with __name */
+  attnL_register_tensor_mt(L, -1);
   attnL_open_tensor(L);
   attnL_open_math(L);
   attnL_open_attention(L);

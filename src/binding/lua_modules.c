@@ -78,8 +78,10 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
     float bad;
     if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
     *mask_corner = corner(mask, n);
-    if (attn_mask_find_non_binary(mask_corner, at, &bad)) return 0;
-    if (!attn_mask_is_causal(mask, n)) m->mask = mask_corner;
+    if (!attn_mask_is_causal(mask, n)) { /* the causal triangle (the default buffer) is 0/1: one pass */
+      if (attn_mask_find_non_binary(mask_corner, at, &bad)) return 0;
+      m->mask = mask_corner;
+    }
   }
   return 1;
 }

@@ -8,8 +8,29 @@
 #include "attn_lua.h"
 #include "ops.h"
 
+/* The tensor metatable is also kept in the registry under the address of
+ * this variable: a light-userdata key is a cheaper lookup than the name
+ * luaL_testudata and luaL_setmetatable hash on every call, and every
+ * argument check and every new tensor goes through it. */
+static const char tensor_mt_key;
+
+void attnL_register_tensor_mt(lua_State *L, int idx) {
+  lua_pushvalue(L, idx);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &tensor_mt_key);
+}
+
+static void set_tensor_mt(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &tensor_mt_key);
+  lua_setmetatable(L, -2);
+}
+
 attn_tensor *attnL_test(lua_State *L, int arg) {
-  return luaL_testudata(L, arg, ATTN_TENSOR_NAME);
+  void *p = lua_touserdata(L, arg);
+  if (!p || !lua_getmetatable(L, arg)) return NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &tensor_mt_key);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? p : NULL;
 }
 
 attn_tensor *attnL_check(lua_State *L, int arg, const char *fname, const char *what) {
@@ -204,7 +225,7 @@ static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, con
   /* the userdata gets its metatable before any memory that could fail */
   attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
   memset(t, 0, sizeof *t);
-  luaL_setmetatable(L, ATTN_TENSOR_NAME);
+  set_tensor_mt(L);
   size_t bytes = (size_t)numel * sizeof(float);
   lua_pushcfunction(L, allocate_storage);
   lua_pushlightuserdata(L, &bytes);
@@ -232,7 +253,7 @@ attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
   base = lua_absindex(L, base);
   attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
   *t = *view;
-  luaL_setmetatable(L, ATTN_TENSOR_NAME);
+  set_tensor_mt(L);
   lua_getiuservalue(L, base, 1);
   lua_setiuservalue(L, -2, 1);
   return t;
