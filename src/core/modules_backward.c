@@ -166,6 +166,11 @@ attn_status attn_self_attention_backward(const attn_self_attention *m, const att
   if (rows * w3 > INT64_MAX / 4 || rows > INT32_MAX || w3 > INT32_MAX)
     return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
 
+  if (attn_self_attention_backward_tiny_fits(m, nb, n, d_in)) {
+    attn_self_attention_backward_tiny(m, x, dout, g);
+    return ATTN_OK;
+  }
+
   /* the attention kernel the forward used, and what its backward needs */
   const char *why;
   attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, hd, hd, 0, &why);

@@ -26,4 +26,11 @@ typedef struct attn_self_attention_grads {
 attn_status attn_self_attention_backward(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
                                          const attn_self_attention_grads *g);
 
+/* The tiny calls' backward (src/core/modules_backward_tiny.c, direct loops, no
+ * scratch allocation), which attn_self_attention_backward takes once it has
+ * checked the shapes: fits says whether x [nb, n, d_in] is such a call. */
+int attn_self_attention_backward_tiny_fits(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in);
+void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                       const attn_self_attention_grads *g);
+
 #endif

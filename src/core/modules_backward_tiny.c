@@ -1,0 +1,202 @@
+/* The backward of the fused self-attention module for tiny calls (the
+ * notebooks' [2, 6, 3] batches; see modules_backward.h), as direct loops on
+ * the calling thread with stack scratch: no malloc, no OpenMP region, no
+ * product dispatch. At these sizes those fixed costs, not the arithmetic, were
+ * the whole of attn_self_attention_backward's time.
+ *
+ * Per batch item b, with rows i, j < n, D = d_out, h heads of hd = D / h:
+ *   QKV = x_b [Wq; Wk; Wv]^T + [bq, bk, bv]      [n, 3D] (recomputed)
+ *   per head: Qs = fl(Q * scale) (as the forward scales it), S = Qs K^T,
+ *   mask / causal through the attention core (attn_sdpa_modify_tile),
+ *   P = softmax rows (0 for a row that sees no key), F = the forward's
+ *   dropout factors (its draw, the same positions), W = P * F, O = W V
+ *   C = O with the heads side by side               [n, D]
+ *   with out_proj: dWo += dout_b^T C, dbo += colsum dout_b, dC = dout_b Wo;
+ *   else dC = dout_b
+ *   per head, row i: Dl_i = dC_i . O_i; dW_ij = dC_i . V_j;
+ *     dV_j += W_ij dC_i; dS_ij = P_ij (dW_ij F_ij - Dl_i);
+ *     dQ_i += scale sum_j dS_ij K_j; dK_j += dS_ij Qs_i
+ *   dW* += dQKV^T x_b, db* += colsum dQKV, dx_b = dQ Wq + dK Wk + dV Wv
+ * (src/core/sdpa_backward.c's math backward, written for one slice.)
+ * Contract: the caller (attn_self_attention_backward) has checked every
+ * shape; attn_self_attention_backward_tiny_fits says which calls come here.
+ * Error: the general path's formulas; against torch 1.13 float64 autograd
+ * (the tiny cases of spec/nn_fused_backward_spec.lua: CausalAttention and
+ * MultiHeadAttention shapes, biases, dropout, a mask with a hidden row) at
+ * most 1.4e-6 absolute, 2.5e-7 relative to the largest gradient; the spec
+ * allows 1e-5 relative + 2e-5 absolute.
+ * Threads: none (one thread, a fixed order), so the bits cannot depend on
+ * the thread count. */
+#include <string.h>
+
+#include "attention.h"
+#include "modules_backward.h"
+#include "rng.h"
+#include "sdpa.h"
+
+/* Floats of the stack scratch (16 KiB) and multiply-adds of the forward up
+ * to which a call is tiny (the forward's own tiny-path bound). */
+#define TINY_BWD_FLOATS 4096
+#define TINY_BWD_MACS 32768
+
+/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p, w [n, n]; f, qs [n + D] */
+static int64_t scratch_floats(int64_t n, int64_t d_out) { return 8 * n * d_out + 2 * n * n + 2 * (n + d_out); }
+
+int attn_self_attention_backward_tiny_fits(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in) {
+  int64_t d_out = m->wq->size[0];
+  if (n > TINY_BWD_FLOATS || d_in > TINY_BWD_FLOATS || d_out > TINY_BWD_FLOATS) return 0;
+  if (scratch_floats(n, d_out) > TINY_BWD_FLOATS) return 0;
+  double macs = (double)nb * (double)n * ((double)d_in * 3.0 * (double)d_out + 2.0 * (double)n * (double)d_out +
+                                          (m->wo ? (double)d_out * (double)d_out : 0.0));
+  return macs <= TINY_BWD_MACS;
+}
+
+/* w [rows, cols] element (r, c), any strides */
+static inline float at(const attn_tensor *w, int64_t r, int64_t c) { return w->data[r * w->stride[0] + c * w->stride[1]]; }
+
+/* y [n, nout] (row stride ldy) = x [n, nin] w^T (+ b) */
+static void linear_rows(const float *x, int64_t n, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
+                        int64_t ldy, int64_t nout) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < nout; j++) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < nin; k++) acc += x[i * nin + k] * at(w, j, k);
+      y[i * ldy + j] = b ? acc + b->data[j * b->stride[0]] : acc;
+    }
+}
+
+/* dw [nout, nin] += d [n, nout]^T (row stride ldd) x [n, nin]; db [nout] += column sums of d */
+static void accumulate_param_grads(const float *d, int64_t ldd, const float *x, int64_t n, int64_t nout, int64_t nin,
+                                   attn_tensor *dw, attn_tensor *db) {
+  if (dw)
+    for (int64_t j = 0; j < nout; j++)
+      for (int64_t k = 0; k < nin; k++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j] * x[i * nin + k];
+        dw->data[j * nin + k] += acc;
+      }
+  if (db)
+    for (int64_t j = 0; j < nout; j++) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j];
+      db->data[j] += acc;
+    }
+}
+
+/* dx [n, nin] (+)= d [n, nout] (row stride ldd) w [nout, nin] */
+static void input_grad(const float *d, int64_t ldd, int64_t n, int64_t nout, const attn_tensor *w, float *dx,
+                       int64_t nin, int add) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t k = 0; k < nin; k++) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < nout; j++) acc += d[i * ldd + j] * at(w, j, k);
+      dx[i * nin + k] = add ? dx[i * nin + k] + acc : acc;
+    }
+}
+
+static void zero(attn_tensor *t) {
+  if (t) memset(t->data, 0, (size_t)attn_numel(t) * sizeof(float));
+}
+
+void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                       const attn_self_attention_grads *g) {
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
+  int64_t dd = m->wq->size[0], h = m->heads, hd = dd / h, w3 = 3 * dd;
+  float buf[TINY_BWD_FLOATS];
+  float *qkv = buf, *dqkv = qkv + n * w3, *c = dqkv + n * w3, *dc = c + n * dd, *p = dc + n * dd, *w = p + n * n,
+        *f = w + n * n, *qs = f + n + dd;
+  attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
+  const attn_tensor *ws[3] = {m->wq, m->wk, m->wv}, *bs[3] = {m->bq, m->bk, m->bv};
+  for (int i = 0; i < 3; i++) zero(dws[i]), zero(dbs[i]);
+  zero(g->dwo), zero(g->dbo);
+  /* one batch item's heads [h, n, hd]: strided views of the rows of qkv, as the forward's tiny path */
+  attn_sdpa_problem pr;
+  attn_sdpa_describe_heads(qkv, h, n, hd, w3, m->mask, m->mask == NULL, m->scale, &pr);
+  int64_t sk = attn_sdpa_row_stride(&pr, &pr.k), sv = attn_sdpa_row_stride(&pr, &pr.v);
+
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x->data + b * n * d_in, *db_out = dout->data + b * n * dd;
+    for (int i = 0; i < 3; i++) linear_rows(xb, n, d_in, ws[i], bs[i], qkv + i * dd, w3, dd);
+    memset(dqkv, 0, (size_t)(n * w3) * sizeof(float));
+    const float *dcb = db_out;
+    if (m->wo) {
+      /* C is needed first: every head's forward, then out_proj's backward, then each head's backward */
+      for (int64_t hh = 0; hh < h; hh++) {
+        attn_sdpa_slice sl;
+        attn_sdpa_slice_at(&pr, hh, &sl);
+        for (int64_t i = 0; i < n; i++) {
+          float *s = w + i * n, *ci = c + i * dd + hh * hd;
+          attn_sdpa_load_q(&pr, &sl, i, 1, qs, 0, 1);
+          for (int64_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d];
+            s[j] = acc;
+          }
+          attn_sdpa_modify_tile(&pr, &sl, i, 1, 0, n, s, 0, 1);
+          int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, ((b * h + hh) * n + i) * n, f,
+                                                NULL);
+          for (int64_t d = 0; d < hd; d++) {
+            float acc = 0.0f;
+            if (!hidden)
+              for (int64_t j = 0; j < n; j++) acc += s[j] * sl.v[j * sv + d];
+            ci[d] = acc;
+          }
+        }
+      }
+      accumulate_param_grads(db_out, dd, c, n, dd, dd, g->dwo, g->dbo);
+      input_grad(db_out, dd, n, dd, m->wo, dc, dd, 0);
+      dcb = dc;
+    }
+    for (int64_t hh = 0; hh < h; hh++) {
+      attn_sdpa_slice sl;
+      attn_sdpa_slice_at(&pr, hh, &sl);
+      int64_t col = hh * hd;
+      /* P (before dropout) and W = P * F, row by row, and O_i = W_i V (Dl_i = dC_i . O_i) */
+      for (int64_t i = 0; i < n; i++) {
+        float *pi = p + i * n, *wi = w + i * n;
+        attn_sdpa_load_q(&pr, &sl, i, 1, qs, 0, 1);
+        for (int64_t j = 0; j < n; j++) {
+          float acc = 0.0f;
+          for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d];
+          pi[j] = acc;
+        }
+        attn_sdpa_modify_tile(&pr, &sl, i, 1, 0, n, pi, 0, 1);
+        int64_t position = ((b * h + hh) * n + i) * n;
+        attn_softmax_dropout_row(pi, n, 0.0, (attn_dropout_draw){0, NULL}, position, f, NULL); /* 0s if hidden */
+        memcpy(wi, pi, (size_t)n * sizeof(float));
+        if (m->dropout_p > 0.0) {
+          attn_dropout_factors(m->dropout_draw, m->dropout_p, position, n, f);
+          for (int64_t j = 0; j < n; j++) wi[j] *= f[j];
+        }
+        const float *dci = dcb + i * dd + col;
+        float dl = 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+          float o = 0.0f;
+          for (int64_t j = 0; j < n; j++) o += wi[j] * sl.v[j * sv + d];
+          dl += dci[d] * o;
+        }
+        /* dS_ij = P_ij (dW_ij F_ij - Dl_i), dW_ij = dC_i . V_j; dV_j += W_ij dC_i */
+        float *dqi = dqkv + i * w3 + col;
+        for (int64_t j = 0; j < n; j++) {
+          if (pi[j] == 0.0f) continue; /* hidden, or underflowed: no term */
+          const float *vj = sl.v + j * sv, *kj = sl.k + j * sk;
+          float dw = 0.0f;
+          for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
+          float fj = m->dropout_p > 0.0 ? f[j] : 1.0f;
+          float ds = pi[j] * (dw * fj - dl);
+          float *dvj = dqkv + j * w3 + 2 * dd + col, *dkj = dqkv + j * w3 + dd + col;
+          for (int64_t d = 0; d < hd; d++) {
+            dvj[d] += wi[j] * dci[d];
+            dqi[d] += pr.scale * (ds * kj[d]);
+            dkj[d] += ds * qs[d];
+          }
+        }
+      }
+    }
+    float *dxb = g->dx ? g->dx->data + b * n * d_in : NULL;
+    for (int i = 0; i < 3; i++) {
+      accumulate_param_grads(dqkv + i * dd, w3, xb, n, dd, d_in, dws[i], dbs[i]);
+      if (dxb) input_grad(dqkv + i * dd, w3, n, dd, ws[i], dxb, d_in, i > 0);
+    }
+  }
+}
