@@ -61,6 +61,24 @@ ATTN_FMA_CLONES static void linear_row(const float *x, int64_t nin, const attn_t
   }
 }
 
+/* The q, k and v projections of one row x [nin] into y [3 nout] (q, k, v
+ * side by side): linear_row's chains, one call. */
+ATTN_FMA_CLONES static void linear_row_qkv(const attn_self_attention *m, const float *x, int64_t nin, float *y,
+                                           int64_t nout) {
+  const attn_tensor *ws[3] = {m->wq, m->wk, m->wv}, *bs[3] = {m->bq, m->bk, m->bv};
+  for (int p = 0; p < 3; p++) {
+    const attn_tensor *w = ws[p], *b = bs[p];
+    int64_t sw0 = w->stride[0], sw1 = w->stride[1];
+    float *yp = y + p * nout;
+    for (int64_t j = 0; j < nout; j++) {
+      const float *wj = w->data + j * sw0;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < nin; k++) acc = fmaf(x[k], wj[k * sw1], acc);
+      yp[j] = b ? acc + b->data[j * b->stride[0]] : acc;
+    }
+  }
+}
+
 static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has_out_proj) {
   /* scratch: qkv [n, 3*d_out], ctx [n, d_out], s [n], f [n], qs [d_out] */
   if (n > TINY_FLOATS || d_in > TINY_FLOATS || d_out > TINY_FLOATS) return 0;
@@ -83,26 +101,31 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
     float *ob = out->data + b * n * d_out;
-    for (int64_t i = 0; i < n; i++) {
-      linear_row(xb + i * d_in, d_in, m->wq, m->bq, qkv + i * w3, d_out);
-      linear_row(xb + i * d_in, d_in, m->wk, m->bk, qkv + i * w3 + d_out, d_out);
-      linear_row(xb + i * d_in, d_in, m->wv, m->bv, qkv + i * w3 + 2 * d_out, d_out);
-    }
+    for (int64_t i = 0; i < n; i++) linear_row_qkv(m, xb + i * d_in, d_in, qkv + i * w3, d_out);
     float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
     for (int64_t hh = 0; hh < h; hh++) {
       int64_t bi = b * h + hh, col = hh * hd;
       attn_sdpa_slice sl;
       attn_sdpa_slice_at(&p, hh, &sl);
       for (int64_t i = 0; i < n; i++) {
+        /* scores and softmax over the keys the row sees only (causal: 0..i):
+         * the others would be -inf, add 0 to the sum and get weight 0 */
+        attn_key_range vis = attn_sdpa_row_keys(&p, i);
+        int64_t nk = vis.end - vis.begin;
         attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = vis.begin; j < vis.end; j++) {
           const float *kj = sl.k + j * sk;
           float acc = 0.0f;
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        attn_sdpa_modify_tile(&p, &sl, i, 1, 0, n, s, 0, 1);
-        int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, (bi * n + i) * n, f, NULL);
+        attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
+        int hidden = attn_softmax_dropout_row(s + vis.begin, nk, m->dropout_p, m->dropout_draw,
+                                              (bi * n + i) * n + vis.begin, f, NULL);
+        /* the weights of the unseen keys are 0; the product below still visits
+         * them, so a NaN or inf in v there spreads as in the math kernel */
+        memset(s, 0, (size_t)vis.begin * sizeof(float));
+        memset(s + vis.end, 0, (size_t)(n - vis.end) * sizeof(float));
         float *ci = c + i * d_out + col;
         if (hidden) { /* zeros, as the math kernel gives, even where v holds NaN */
           memset(ci, 0, (size_t)hd * sizeof(float));
