@@ -175,6 +175,10 @@ void attnL_close_fd(lua_State *L, int idx) {
 }
 
 #define STORAGE_USER_VALUES 2
+/* Storage up to which the allocation runs without the protected call that
+ * names the request in an out-of-memory error: the protected call costs more
+ * than a notebook-sized tensor's whole allocation. */
+#define SMALL_STORAGE_BYTES 4096
 
 /* Storage allocation runs protected, so running out of memory becomes an
  * error that names the request instead of Lua's bare "not enough memory". */
@@ -227,9 +231,14 @@ static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, con
   memset(t, 0, sizeof *t);
   set_tensor_mt(L);
   size_t bytes = (size_t)numel * sizeof(float);
-  lua_pushcfunction(L, allocate_storage);
-  lua_pushlightuserdata(L, &bytes);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+  if (bytes <= SMALL_STORAGE_BYTES) {
+    /* a small block: unprotected (Lua's own memory error if even that fails) */
+    lua_newuserdatauv(L, bytes, STORAGE_USER_VALUES);
+  } else {
+    lua_pushcfunction(L, allocate_storage);
+    lua_pushlightuserdata(L, &bytes);
+  }
+  if (bytes > SMALL_STORAGE_BYTES && lua_pcall(L, 1, 1, 0) != LUA_OK) {
     lua_pop(L, 1);
     attnL_error(L, fname, "cannot allocate %I bytes for a tensor of %I elements (out of memory)",
                 (lua_Integer)bytes, (lua_Integer)numel);

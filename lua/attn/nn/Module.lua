@@ -302,7 +302,7 @@ function Module:recording(x)
   return false
 end
 
-local history, parameters = autograd._history, autograd._parameters
+local history, parameters, is_grad_enabled = autograd._history, autograd._parameters, autograd.is_grad_enabled
 
 -- Whether one of the Linear l's parameters requires grad. Each is visited: a
 -- tensor assigned over a registered parameter is marked one first, as
@@ -325,7 +325,7 @@ end
 -- requires grad. Module:recording's answer for such a module, without its
 -- walk over every parameter (no table is made).
 function Module.linears_recording(x, a, b, c, d)
-  if not autograd.is_grad_enabled() then return false end
+  if not is_grad_enabled() then return false end
   local found = history[x] and true or false
   if linear_requires_grad(a) then found = true end
   if linear_requires_grad(b) then found = true end

@@ -18,6 +18,8 @@ local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
 local fused_forward = require("attn.core").modules.attention_forward
 local fused_recorded = require("attn.sdpa_autograd").fused_attention
+-- the class checks of forward: the metatable itself (no __metatable lookup)
+local getmetatable = debug.getmetatable
 
 local MHA = Module:extend("MultiHeadAttention")
 
