@@ -46,12 +46,15 @@ for _, class in ipairs({ "CausalAttention", "MultiHeadAttention" }) do
       assert.is_nil(x.grad)
     end)
 
-    it("records nothing when neither x nor any parameter requires grad", function()
+    it("records nothing when neither x nor any parameter requires grad (frozen parameters stay frozen)", function()
       local m, x = tiny_module(class), batch()
       for _, np in ipairs(weights(m)) do np[2].requires_grad = false end
       local y = m(x)
       assert.is_false(y.requires_grad)
       assert.is_nil(y.grad_fn)
+      m:parameters() -- as an optimizer's constructor does
+      for _, np in ipairs(weights(m)) do assert.is_false(np[2].requires_grad, np[1]) end
+      assert.is_nil(m(x).grad_fn)
     end)
 
     it("records for x alone when only x requires grad: x's gradient is the module path's", function()

@@ -260,7 +260,9 @@ function Module:named_parameters()
       local t = m[n]
       if t ~= nil and not seen[t] then
         seen[t] = true
-        if is_tensor(t) then autograd.mark_parameter(t) end -- a tensor assigned over a parameter becomes one
+        -- a tensor assigned over a parameter becomes one (a parameter whose
+        -- requires_grad was turned off stays off, as a frozen torch parameter)
+        if not autograd._parameters[t] and is_tensor(t) then autograd.mark_parameter(t) end
         out[#out + 1] = {prefix == "" and n or (prefix .. "." .. n), t}
       end
     end
