@@ -107,6 +107,8 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
       int64_t bi = b * h + hh, col = hh * hd;
       attn_sdpa_slice sl;
       attn_sdpa_slice_at(&p, hh, &sl);
+      /* inside the visible range only a mask (or a bias, softcap, ALiBi) changes a score */
+      int modified = sl.mask || sl.bias || p.softcap > 0.0f || p.has_alibi;
       for (int64_t i = 0; i < n; i++) {
         /* scores and softmax over the keys the row sees only (causal: 0..i):
          * the others would be -inf, add 0 to the sum and get weight 0 */
@@ -119,7 +121,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
           for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
-        attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
+        if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
         int hidden = attn_softmax_dropout_row(s + vis.begin, nk, m->dropout_p, m->dropout_draw,
                                               (bi * n + i) * n + vis.begin, f, NULL);
         /* the weights of the unseen keys are 0; the product below still visits
