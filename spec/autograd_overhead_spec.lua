@@ -102,6 +102,19 @@ for _, class in ipairs({ "CausalAttention", "MultiHeadAttention" }) do
       assert.truthy(tostring(err):find(m(x).grad_fn:name(), 1, true), err)
     end)
 
+    it("a child replaced after a forward is checked anew: another class runs module by module", function()
+      local m, x = tiny_module(class), batch()
+      local fused = attn.no_grad(m, x)
+      local Doubled = attn.nn.Linear:extend("DoubledLinear")
+      function Doubled:forward(y) return attn.nn.Linear.forward(self, y) * 2 end
+      local d = Doubled(3, 2, { bias = false })
+      attn.no_grad(function() d.weight:copy_(m.W_query.weight) end)
+      m.W_query = d
+      local out = attn.no_grad(m, x)
+      assert.is_false(out:equal(fused))
+      assert.is_true(out:equal(attn.no_grad(m.forward_modules, m, x)))
+    end)
+
     it("a second backward needs retain_graph; with it the gradients add up", function()
       local m, x = tiny_module(class), batch()
       local y = m(x):sum()

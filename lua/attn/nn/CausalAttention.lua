@@ -38,6 +38,7 @@ function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
   self:add_module("dropout", Dropout(dropout))
   local n = self.context_length
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
+  self._fused_children = false -- forward's cache of its class checks
 end
 
 --- x [..., n, d_in] (2 to 8 dims, n <= context_length) -> [..., n, d_out]; with
@@ -51,8 +52,15 @@ function CausalAttention:forward(x, opts)
     if opts.need_weights then return self:forward_modules(x, true) end
   end
   local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
-  if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(dropout) == Dropout then
+  -- the class checks are made once per set of children (they cost more than
+  -- the rest of a tiny forward's Lua): a child replaced by assignment is checked anew
+  local checked = self._fused_children
+  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == dropout) then
+    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(dropout) == Dropout and { q, k, v, dropout }
+    self._fused_children = checked
+  end
+  if checked then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)

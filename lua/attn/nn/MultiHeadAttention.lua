@@ -46,6 +46,7 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self:add_module("dropout", Dropout(dropout))
   local n = self.context_length
   self:add_buffer("mask", attn.triu(attn.ones(n, n), 1))
+  self._fused_children = false -- forward's cache of its class checks
 end
 
 --- x [b, n, d_in] (n <= context_length) -> [b, n, d_out]; with
@@ -68,8 +69,15 @@ function MHA:forward(x, opts)
     if opts.need_weights then return self:forward_modules(x, true) end
   end
   local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
-  if getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout then
+  -- the class checks are made once per set of children (see CausalAttention:forward)
+  local checked = self._fused_children
+  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == o
+          and checked[5] == dropout) then
+    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and { q, k, v, o, dropout }
+    self._fused_children = checked
+  end
+  if checked then
     local p = dropout.training and dropout.p or 0
     if p < 1 then
       -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
