@@ -15,10 +15,10 @@ static const char *const SIMPLE = "attn.simple_attention";
 
 static const char *const option_names[] = {"mask",         "bias",       "is_causal",  "scale",
                                            "dropout_p",    "need_weights", "kernel",   "return_lse",
-                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", NULL};
+                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", "block_mask", NULL};
 #define OPTION_LIST                                                                                     \
   "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse, enable_gqa, window, " \
-  "alibi_slopes, softcap"
+  "alibi_slopes, softcap, block_mask"
 
 /* Every key of the opts table at arg must be a known option name. */
 static void check_option_keys(lua_State *L, int arg) {
@@ -165,6 +165,7 @@ static int l_sdpa(lua_State *L) {
     o.enable_gqa = bool_option(L, 4, "enable_gqa");
     window_option(L, 4, &o);
     o.alibi_slopes = tensor_option(L, 4, "alibi_slopes"); /* stays on the stack */
+    o.block_mask = attnL_block_mask_option(L, 4, SDPA); /* stays on the stack */
     int have_cap;
     double cap = number_option(L, 4, "softcap", &have_cap);
     if (have_cap) {
