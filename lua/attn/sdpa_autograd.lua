@@ -35,6 +35,7 @@ local inner = autograd.Function{
     ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias)
     ctx.is_causal, ctx.scale, ctx.dropout_p = o.is_causal, o.scale, o.dropout_p
     ctx.kernel, ctx.draw, ctx.need_weights = kernel, draw, o.need_weights
+    ctx.block_mask = o.block_mask -- an attn.BlockMask is immutable: kept as is
     -- the public results: out[, weights][, lse]; the lse has no gradient
     if o.return_lse then ctx:mark_non_differentiable(r[r.n]) end
     return out, table.unpack(r, 5, r.n)
@@ -44,7 +45,7 @@ local inner = autograd.Function{
     local need = ctx.needs_input_grad
     local o = { mask = mask, bias = bias, is_causal = ctx.is_causal, scale = ctx.scale, dropout_p = ctx.dropout_p,
                 kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = need[4] == true,
-                dweights = ctx.need_weights and g_weights or nil }
+                dweights = ctx.need_weights and g_weights or nil, block_mask = ctx.block_mask }
     local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
     return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
   end,
@@ -53,7 +54,7 @@ local inner = autograd.Function{
 --- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
--- weights output's own gradient).
+-- weights output's own gradient, block_mask).
 function M.scaled_dot_product_attention(...)
   local n = select("#", ...)
   local q, k, v, opts = ...

@@ -50,7 +50,8 @@ end
 -- The attention as tensor ops (every op recorded when grad mode is on):
 -- q, k, v with the kv heads repeated (enable_gqa); scores = q k^T * scale,
 -- softcap c tanh(s / c), + bias, + ALiBi -slope |i + d - j|; hidden (mask
--- nonzero, above the diagonal when causal, outside the window) -> -inf, a row
+-- nonzero, above the diagonal when causal, outside the window, hidden by the
+-- block mask) -> -inf, a row
 -- with every key hidden -> zeros. The variants' meaning is src/core/sdpa.h's.
 function M.composed(q, k, v, bias, opts)
   local attn = require "attn"
@@ -81,6 +82,12 @@ function M.composed(q, k, v, bias, opts)
     if left >= 0 then outside = raw.add(outside, raw.lt(off, -left)) end
     if right >= 0 then outside = raw.add(outside, raw.gt(off, right)) end
     outside = raw.bool(outside)
+    hidden = hidden and raw.bool(hidden + outside) or outside
+  end
+  if opts.block_mask then -- its visibility [B, H, Lq, Lk] (1 = visible), cut to the scores' dims
+    local vis = opts.block_mask:to_dense()
+    while vis:dim() > s:dim() do vis = raw.select(vis, 1, 1) end
+    local outside = raw.eq(vis, 0)
     hidden = hidden and raw.bool(hidden + outside) or outside
   end
   local empty_rows
