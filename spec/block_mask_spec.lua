@@ -263,6 +263,27 @@ describe("block_mask structure", function()
     assert.truthy(big:find("(68 more query blocks)", 1, true))
   end)
 
+  it("built-ins are callable as fn(b, h, q, k), also from a Lua fn", function()
+    local q, k = attn.tensor({{1}, {2}, {5}}), attn.tensor({{1, 2, 3, 4, 5, 6}})
+    C.same_bits(BM.causal(1, 1, q, k), k:le(q))
+    C.same_bits(BM.sliding_window(2)(1, 1, q, k), k:le(q) * k:gt(q - 2))
+    local ids = attn.tensor({0, 0, 1, 1, 1, 2})
+    C.same_bits(BM.document(ids)(1, 1, q, k), attn.tensor({{1, 1, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, {0, 0, 1, 1, 1, 0}}))
+    C.same_bits(BM.or_(BM.causal, function(_, _, qq, kk) return kk:eq(qq + 1) end)(1, 1, q, k),
+      attn.tensor({{1, 1, 0, 0, 0, 0}, {1, 1, 1, 0, 0, 0}, {1, 1, 1, 1, 1, 1}}))
+    -- a Lua fn built on a built-in gives the same blocks as the C combinator
+    local doc = {}
+    for i = 0, 199 do doc[#doc + 1] = i // 37 end
+    local document = BM.document(attn.tensor(doc))
+    local via_lua = BM(function(b, h, qq, kk) return document(b, h, qq, kk) * kk:le(qq) end, 1, 1, 200, 200)
+    local in_c = BM(BM.and_(document, BM.causal), 1, 1, 200, 200)
+    C.same_bits(via_lua:to_dense(), in_c:to_dense())
+    assert.equal(in_c:sparsity(), via_lua:sparsity())
+    C.fails(function() BM.document(ids)(1, 1, attn.tensor({{7}}), k) end, "attn.block_mask.document",
+      "position 7 is not an integer in [1, 6]")
+    C.fails(function() BM.causal(1, 1, attn.ones(3), k) end, "expected positions q [n, 1] and k [1, m]", "[3]")
+  end)
+
   it("a B or H of 1 broadcasts over the call's batch and heads", function()
     local bm = BM(function(_, _, q, k) return k:le(q) end, 1, 1, 20, 20, {block = 8})
     attn.manual_seed(6)
@@ -341,7 +362,8 @@ describe("block_mask: bad input", function()
     end
     C.fails(function() BM(BM.causal, 1, 1, 4, 4, {blocks = 2}) end, BNAME, "unknown option 'blocks'")
     C.fails(function() BM(BM.causal, 1, 1, 4, 4, 8) end, BNAME, "bad argument #6 'opts'")
-    C.fails(function() BM(BM.causal, 1, 1, 4, 4, nil, 1) end, BNAME, "no more than")
+    C.fails(function() BM(BM.causal, 1, 1, 4, 4, nil, 1) end, BNAME, "bad argument #7",
+      "no more than 6 arguments expected, got 7")
   end)
   it("built-ins: bad window, ids, combinator operands", function()
     C.fails(function() BM.sliding_window(0) end, "attn.block_mask.sliding_window", "width >= 1", "got 0")

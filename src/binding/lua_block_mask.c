@@ -5,6 +5,8 @@
  *   attn.block_mask(fn, B, H, Lq, Lk[, {block = n}]) -> attn.BlockMask
  *   attn.block_mask.causal, .sliding_window(w), .document(ids),
  *   .and_(f, g, ...), .or_(f, g, ...)
+ * A built-in is also callable as fn(b, h, q, k) -> [n, m] (1 = visible), for
+ * Lua mask functions that build on one.
  * fn(b, h, q, k) (a Lua function) gets 1-based numbers b, h and index
  * tensors q [n, 1], k [1, m] of one block and returns a tensor
  * broadcastable to [n, m], nonzero = visible. It is called once per block
@@ -182,6 +184,113 @@ static int l_fn_tostring(lua_State *L) {
   return 1;
 }
 
+/* ------------------------------------------------- calling a built-in */
+
+/* What a built-in called from Lua evaluates: b, h (stack slots) and the
+ * positions q [n, 1], k [1, m] (1-based, as attn.block_mask passes them). */
+typedef struct call_args {
+  int b_idx, h_idx, q_idx, k_idx;
+  const attn_tensor *q, *k;
+  int64_t n, m;
+} call_args;
+
+/* Position x (a float) as a 0-based index below limit, or an error naming fname. */
+static int64_t position(lua_State *L, float x, int64_t limit, const char *fname) {
+  if (!(x >= 1.0f && x <= (float)limit) || x != floorf(x)) {
+    char got[64];
+    snprintf(got, sizeof got, "%g", (double)x);
+    attnL_error(L, fname, "position %s is not an integer in [1, %I] (the document ids)", got, (LUAI_UACINT)limit);
+  }
+  return (int64_t)x - 1;
+}
+
+/* The mask function at idx on the call's positions into vis [n, m]. */
+static void call_fn(lua_State *L, const call_args *a, int idx, uint8_t *vis) {
+  idx = lua_absindex(L, idx);
+  mask_fn *f = test_fn(L, idx);
+  int64_t n = a->n, m = a->m, sq = a->q->stride[0], sk = a->k->stride[1];
+  if (!f) { /* a Lua operand: called with the same arguments */
+    lua_pushvalue(L, idx);
+    lua_pushvalue(L, a->b_idx);
+    lua_pushvalue(L, a->h_idx);
+    lua_pushvalue(L, a->q_idx);
+    lua_pushvalue(L, a->k_idx);
+    lua_call(L, 4, 1);
+    attn_tensor *r = attnL_test(L, -1);
+    int ok = r && r->ndim <= 2;
+    if (ok && r->ndim >= 1) ok = r->size[r->ndim - 1] == 1 || r->size[r->ndim - 1] == m;
+    if (ok && r->ndim == 2) ok = r->size[0] == 1 || r->size[0] == n;
+    if (!ok) {
+      char got[200], buf[64];
+      if (r)
+        attnL_shape(r, got, sizeof got);
+      else
+        snprintf(got, sizeof got, "%s", attnL_typename(L, -1, buf, sizeof buf));
+      attnL_error(L, "attn.block_mask", "an operand must return a tensor broadcastable to [%I, %I], got %s",
+                  (LUAI_UACINT)n, (LUAI_UACINT)m, got);
+    }
+    int64_t s0 = r->ndim == 2 && r->size[0] != 1 ? r->stride[0] : 0;
+    int64_t s1 = r->ndim >= 1 && r->size[r->ndim - 1] != 1 ? r->stride[r->ndim - 1] : 0;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < m; j++) vis[i * m + j] = r->data[i * s0 + j * s1] != 0.0f;
+    lua_pop(L, 1);
+    return;
+  }
+  if (f->kind == FN_AND || f->kind == FN_OR) {
+    uint8_t *other = lua_newuserdatauv(L, (size_t)(n * m) + 1, 0);
+    int tmp = lua_gettop(L);
+    lua_getiuservalue(L, idx, 1);
+    lua_Integer cnt = luaL_len(L, -1);
+    for (lua_Integer x = 1; x <= cnt; x++) {
+      lua_rawgeti(L, -1, x);
+      call_fn(L, a, -1, x == 1 ? vis : other);
+      lua_pop(L, 1);
+      if (x > 1) attn_mask_combine(f->kind == FN_OR, n, m, vis, other, m);
+    }
+    lua_settop(L, tmp - 1);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float qi = a->q->data[i * sq];
+    for (int64_t j = 0; j < m; j++) {
+      float kj = a->k->data[j * sk];
+      int v;
+      if (f->kind == FN_CAUSAL)
+        v = kj <= qi;
+      else if (f->kind == FN_SLIDING)
+        v = kj <= qi && qi - kj < (float)f->window;
+      else
+        v = f->ids[position(L, qi, f->nids, "attn.block_mask.document")] ==
+            f->ids[position(L, kj, f->nids, "attn.block_mask.document")];
+      vis[i * m + j] = (uint8_t)v;
+    }
+  }
+}
+
+/* A built-in called as fn(b, h, q, k): its visibility [n, m] (1 = visible), so a
+ * Lua mask function can use the built-ins. */
+static int l_fn_call(lua_State *L) {
+  const char *fname = "attn.block_mask (a built-in mask function)";
+  if (lua_gettop(L) > 5)
+    attnL_error(L, fname, "bad argument #5 (no more than 4 arguments expected, got %d)", lua_gettop(L) - 1);
+  lua_settop(L, 5);
+  call_args a = {2, 3, 4, 5, NULL, NULL, 0, 0};
+  a.q = attnL_check(L, 4, fname, "q");
+  a.k = attnL_check(L, 5, fname, "k");
+  char b1[200], b2[200];
+  if (a.q->ndim != 2 || a.q->size[1] != 1 || a.k->ndim != 2 || a.k->size[0] != 1)
+    attnL_error(L, fname, "bad arguments 'q', 'k' (expected positions q [n, 1] and k [1, m], got %s and %s)",
+                attnL_shape(a.q, b1, sizeof b1), attnL_shape(a.k, b2, sizeof b2));
+  a.n = a.q->size[0], a.m = a.k->size[1];
+  int64_t size[2] = {a.n, a.m};
+  attn_tensor *out = attnL_push_new(L, 2, size, fname);
+  uint8_t *vis = lua_newuserdatauv(L, (size_t)(a.n * a.m) + 1, 0);
+  call_fn(L, &a, 1, vis);
+  for (int64_t x = 0; x < a.n * a.m; x++) out->data[x] = vis[x] ? 1.0f : 0.0f;
+  lua_pop(L, 1);
+  return 1;
+}
+
 /* ------------------------------------------------------------- building */
 
 /* One build: the mask being filled, its scratch bytes (depth + 1 buffers of
@@ -298,8 +407,9 @@ static int64_t size_arg(lua_State *L, int arg, const char *what, int64_t min) {
 }
 
 static int l_build(lua_State *L) {
-  /* called through the table's __call: argument 1 is the table */
-  attnL_check_nargs(L, 7, BM);
+  /* called through the table's __call: argument 1 is the table, the user's are 2.. */
+  if (lua_gettop(L) > 7)
+    attnL_error(L, BM, "bad argument #7 (no more than 6 arguments expected, got %d)", lua_gettop(L) - 1);
   lua_settop(L, 7);
   mask_fn *root = test_fn(L, 2);
   if (!root && lua_type(L, 2) != LUA_TFUNCTION) {
@@ -474,6 +584,8 @@ void attnL_open_block_mask(lua_State *L) {
   luaL_newmetatable(L, MASK_FN_NAME);
   lua_pushcfunction(L, l_fn_tostring);
   lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, l_fn_call);
+  lua_setfield(L, -2, "__call");
   lua_pop(L, 1);
 
   lua_newtable(L); /* attn.block_mask */
