@@ -294,7 +294,7 @@ static int l_fn_call(lua_State *L) {
 /* ------------------------------------------------------------- building */
 
 /* One build: the mask being filled, its scratch bytes (depth + 1 buffers of
- * [block, block]), the block in hand and the stack slot of the root fn. */
+ * [prow, pcol]) and the block in hand. */
 typedef struct build {
   attn_block_mask *m;
   uint8_t *scratch;
@@ -311,7 +311,7 @@ static void push_positions(lua_State *L, int64_t first, int64_t n, int rows) {
 
 /* Call the Lua function at idx on the block in hand; its visibility into vis (ld = block). */
 static void eval_lua(lua_State *L, build *bd, int idx, uint8_t *vis) {
-  int64_t ld = bd->m->block;
+  int64_t ld = bd->m->pcol;
   lua_pushvalue(L, idx);
   lua_pushinteger(L, (lua_Integer)(bd->b + 1));
   lua_pushinteger(L, (lua_Integer)(bd->h + 1));
@@ -350,7 +350,7 @@ static void eval_lua(lua_State *L, build *bd, int idx, uint8_t *vis) {
 static void eval_fn(lua_State *L, build *bd, int idx, int level) {
   idx = lua_absindex(L, idx);
   uint8_t *vis = bd->scratch + level * bd->bb;
-  int64_t ld = bd->m->block;
+  int64_t ld = bd->m->pcol;
   mask_fn *f = test_fn(L, idx);
   if (!f) {
     eval_lua(L, bd, idx, vis);
@@ -454,7 +454,7 @@ static int l_build(lua_State *L) {
   build bd;
   memset(&bd, 0, sizeof bd);
   bd.m = m;
-  bd.bb = block * block;
+  bd.bb = m->prow * m->pcol; /* a block's bytes, row stride pcol */
   bd.scratch = lua_newuserdatauv(L, (size_t)((depth + 1) * bd.bb), 0); /* slot 9 */
   for (bd.b = 0; bd.b < m->sb; bd.b++)
     for (bd.h = 0; bd.h < m->sh; bd.h++)
@@ -462,7 +462,7 @@ static int l_build(lua_State *L) {
         for (bd.kb = 0; bd.kb < m->nkb; bd.kb++) {
           attn_block_mask_extent(m, bd.qb, bd.kb, &bd.i0, &bd.ni, &bd.j0, &bd.nj);
           eval_fn(L, &bd, 2, 0);
-          if (attn_block_mask_set(m, bd.b * m->sh + bd.h, bd.qb, bd.kb, bd.scratch, block) != ATTN_OK)
+          if (attn_block_mask_set(m, bd.b * m->sh + bd.h, bd.qb, bd.kb, bd.scratch, m->pcol) != ATTN_OK)
             attnL_core_error(L, BM);
         }
   lua_settop(L, 8);

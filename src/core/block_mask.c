@@ -45,6 +45,8 @@ attn_status attn_block_mask_init(attn_block_mask *m, int64_t b, int64_t h, int64
   for (int64_t x = 0; x < n; x++) partial[x] = -1;
   m->b = b, m->h = h, m->lq = lq, m->lk = lk, m->block = block, m->sb = sb, m->sh = sh;
   m->nqb = nqb, m->nkb = nkb;
+  m->prow = lq < block ? (lq > 0 ? lq : 1) : block;
+  m->pcol = lk < block ? (lk > 0 ? lk : 1) : block;
   m->kind = kind;
   m->partial = partial;
   return ATTN_OK;
@@ -77,7 +79,7 @@ attn_status attn_block_mask_set(attn_block_mask *m, int64_t pattern, int64_t qb,
     m->kind[at] = seen == 0 ? ATTN_BLOCK_EMPTY : ATTN_BLOCK_FULL;
     return ATTN_OK;
   }
-  size_t bb = (size_t)(m->block * m->block); /* block <= 4096: no overflow */
+  size_t bb = (size_t)(m->prow * m->pcol); /* <= 4096^2: no overflow */
   if (m->npartial == m->cap_partial) {
     int64_t cap = m->cap_partial ? 2 * m->cap_partial : 8;
     size_t bytes;
@@ -92,7 +94,7 @@ attn_status attn_block_mask_set(attn_block_mask *m, int64_t pattern, int64_t qb,
   uint8_t *dst = m->bytes + (size_t)m->npartial * bb;
   memset(dst, 0, bb);
   for (int64_t r = 0; r < ni; r++)
-    for (int64_t c = 0; c < nj; c++) dst[r * m->block + c] = vis[r * ld + c] != 0;
+    for (int64_t c = 0; c < nj; c++) dst[r * m->pcol + c] = vis[r * ld + c] != 0;
   m->kind[at] = ATTN_BLOCK_PARTIAL;
   m->partial[at] = m->npartial++;
   return ATTN_OK;
@@ -110,11 +112,11 @@ void attn_block_mask_dense(const attn_block_mask *m, int64_t pattern, float *dst
     for (int64_t kb = 0; kb < m->nkb; kb++) {
       int64_t i0, ni, j0, nj, x = qb * m->nkb + kb;
       attn_block_mask_extent(m, qb, kb, &i0, &ni, &j0, &nj);
-      const uint8_t *bytes = bp.kind[x] == ATTN_BLOCK_PARTIAL ? m->bytes + bp.partial[x] * m->block * m->block : NULL;
+      const uint8_t *bytes = bp.kind[x] == ATTN_BLOCK_PARTIAL ? m->bytes + bp.partial[x] * m->prow * m->pcol : NULL;
       for (int64_t r = 0; r < ni; r++)
         for (int64_t c = 0; c < nj; c++)
           dst[(i0 + r) * m->lk + j0 + c] =
-              bytes ? (float)bytes[r * m->block + c] : (bp.kind[x] == ATTN_BLOCK_FULL ? 1.0f : 0.0f);
+              bytes ? (float)bytes[r * m->pcol + c] : (bp.kind[x] == ATTN_BLOCK_FULL ? 1.0f : 0.0f);
     }
 }
 
@@ -160,9 +162,9 @@ void attn_block_mask_apply(const attn_block_mask *m, attn_block_pattern bp, int6
           for (int64_t c = c0; c < c1; c++) s[r * rs + c * cs] = -INFINITY;
         continue;
       }
-      const uint8_t *bytes = m->bytes + bp.partial[x] * bs * bs;
+      const uint8_t *bytes = m->bytes + bp.partial[x] * m->prow * m->pcol;
       for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = bytes + (i0 + r - qb * bs) * bs; /* the block's row of query i0 + r */
+        const uint8_t *row = bytes + (i0 + r - qb * bs) * m->pcol; /* the block's row of query i0 + r */
         for (int64_t c = c0; c < c1; c++)
           if (!row[k0 + c - kb * bs]) s[r * rs + c * cs] = -INFINITY;
       }

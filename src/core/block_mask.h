@@ -6,7 +6,8 @@
  * query rows by `block` keys (the last row and column of blocks may be
  * smaller). Every block is empty (no key visible: skipped), full (every key
  * visible: no mask work) or partial (its [block, block] bytes are kept, 1 =
- * visible, row-major; only partial blocks store elements). Patterns are
+ * visible, row-major; only partial blocks store elements, at most Lq x Lk
+ * bytes each however large the block). Patterns are
  * stored per (b, h) only where they may differ: a mask made of built-in
  * functions (causal, sliding window, document: the same for every b and h)
  * stores one pattern, a Lua function B x H of them (sb, sh; a B or H of 1
@@ -35,7 +36,8 @@ typedef struct attn_block_mask {
   int64_t nqb, nkb;            /* query and key blocks per pattern */
   uint8_t *kind;               /* [sb, sh, nqb, nkb]: ATTN_BLOCK_EMPTY / PARTIAL / FULL */
   int64_t *partial;            /* [sb, sh, nqb, nkb]: the partial block's index in bytes, else -1 */
-  uint8_t *bytes;              /* npartial x [block, block], 1 = visible */
+  int64_t prow, pcol;          /* a partial block's stored rows and columns: block, or Lq / Lk when smaller */
+  uint8_t *bytes;              /* npartial x [prow, pcol], 1 = visible */
   int64_t npartial, cap_partial;
 } attn_block_mask;
 
