@@ -5,6 +5,8 @@
  *   Qs = fl(q * scale)            [R, E]    (packed, as torch 1.13 scales q)
  *   S  = Qs k^T                   [R, Lk]   (cblas_sgemm, k strided or packed)
  *   S  = S + bias, hidden or not visible -> -inf  (attn_sdpa_modify_tile)
+ *        (a block mask: both products over the span of key blocks the
+ *        rows see, the keys outside it -inf)
  *   row softmax (all hidden -> zeros; lse when asked for), dropout
  *   O  = S v                      [R, Ev]   (cblas_sgemm)
  *
@@ -137,13 +139,22 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
    * below would not give when v holds NaN or inf (0 * NaN) */
   unsigned char hidden[ATTN_ROW_BLOCK];
   int any_hidden = 0;
+  /* a block mask: the products run over the span of key blocks some row of
+   * the item sees; the keys outside it are hidden (-inf, then weight 0) */
+  attn_key_range span = attn_sdpa_block_keys(p, &sl, r0, rows, 0, lk);
+  int64_t kb = span.begin, kn = span.end - span.begin;
   if (lk > 0) {
-    if (e > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)lk,
-                  (blasint)e, 1.0f, qs, (blasint)e, k, (blasint)ldk, 0.0f, s, (blasint)lk);
-    else
-      memset(s, 0, (size_t)(rows * lk) * sizeof(float));
-    attn_sdpa_modify_tile(p, &sl, r0, rows, 0, lk, s, lk, 1);
+    if (kn > 0 && e > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)kn,
+                  (blasint)e, 1.0f, qs, (blasint)e, k + (c->pack_k || c->ktr == CblasNoTrans ? kb : kb * ldk),
+                  (blasint)ldk, 0.0f, s + kb, (blasint)lk);
+    for (int64_t i = 0; i < rows; i++) {
+      float *si = s + i * lk;
+      if (kn > 0 && e == 0) memset(si + kb, 0, (size_t)kn * sizeof(float));
+      for (int64_t j = 0; j < kb; j++) si[j] = -INFINITY;
+      for (int64_t j = kb + kn; j < lk; j++) si[j] = -INFINITY;
+    }
+    if (kn > 0) attn_sdpa_modify_tile(p, &sl, r0, rows, kb, kn, s + kb, lk, 1);
     for (int64_t i = 0; i < rows; i++) {
       int64_t position = (bi * lq + r0 + i) * lk;
       /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits) */
@@ -156,9 +167,10 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
     for (int64_t i = 0; i < rows; i++) lse[i] = -INFINITY;
   }
   if (ev > 0) {
-    if (lk > 0)
+    if (kn > 0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_v ? CblasNoTrans : c->vtr, (blasint)rows, (blasint)ev,
-                  (blasint)lk, 1.0f, s, (blasint)lk, v, (blasint)ldv, 0.0f, o, (blasint)ev);
+                  (blasint)kn, 1.0f, s + kb, (blasint)lk, v + (c->pack_v || c->vtr == CblasNoTrans ? kb * ldv : kb),
+                  (blasint)ldv, 0.0f, o, (blasint)ev);
     else
       memset(o, 0, (size_t)(rows * ev) * sizeof(float));
     if (any_hidden)
