@@ -5,8 +5,8 @@
  *   Qs = fl(q * scale)            [R, E]    (packed, as torch 1.13 scales q)
  *   S  = Qs k^T                   [R, Lk]   (cblas_sgemm, k strided or packed)
  *   S  = S + bias, hidden or not visible -> -inf  (attn_sdpa_modify_tile)
- *        (a block mask: both products over the span of key blocks the
- *        rows see, the keys outside it -inf)
+ *        (a block mask: both products and the softmax over the span of
+ *        key blocks the rows see; the weights outside it are 0)
  *   row softmax (all hidden -> zeros; lse when asked for), dropout
  *   O  = S v                      [R, Ev]   (cblas_sgemm)
  *
@@ -139,8 +139,8 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
    * below would not give when v holds NaN or inf (0 * NaN) */
   unsigned char hidden[ATTN_ROW_BLOCK];
   int any_hidden = 0;
-  /* a block mask: the products run over the span of key blocks some row of
-   * the item sees; the keys outside it are hidden (-inf, then weight 0) */
+  /* a block mask: the products and the softmax run over the span of key
+   * blocks some row of the item sees; outside it every weight is 0 */
   attn_key_range span = attn_sdpa_block_keys(p, &sl, r0, rows, 0, lk);
   int64_t kb = span.begin, kn = span.end - span.begin;
   if (lk > 0) {
@@ -148,18 +148,18 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)kn,
                   (blasint)e, 1.0f, qs, (blasint)e, k + (c->pack_k || c->ktr == CblasNoTrans ? kb : kb * ldk),
                   (blasint)ldk, 0.0f, s + kb, (blasint)lk);
-    for (int64_t i = 0; i < rows; i++) {
-      float *si = s + i * lk;
-      if (kn > 0 && e == 0) memset(si + kb, 0, (size_t)kn * sizeof(float));
-      for (int64_t j = 0; j < kb; j++) si[j] = -INFINITY;
-      for (int64_t j = kb + kn; j < lk; j++) si[j] = -INFINITY;
-    }
+    if (kn > 0 && e == 0)
+      for (int64_t i = 0; i < rows; i++) memset(s + i * lk + kb, 0, (size_t)kn * sizeof(float));
     if (kn > 0) attn_sdpa_modify_tile(p, &sl, r0, rows, kb, kn, s + kb, lk, 1);
     for (int64_t i = 0; i < rows; i++) {
       int64_t position = (bi * lq + r0 + i) * lk;
-      /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits) */
-      hidden[i] = (unsigned char)attn_softmax_dropout_row(s + i * lk, lk, p->probs ? 0.0 : p->dropout_p,
-                                                          p->dropout_draw, position, w + c->off_f, lse ? lse + i : NULL);
+      float *si = s + i * lk;
+      /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits); outside the
+       * span the weights are 0 */
+      hidden[i] = (unsigned char)attn_softmax_dropout_row(si + kb, kn, p->probs ? 0.0 : p->dropout_p, p->dropout_draw,
+                                                          position + kb, w + c->off_f, lse ? lse + i : NULL);
+      if (kb > 0) memset(si, 0, (size_t)kb * sizeof(float));
+      if (kb + kn < lk) memset(si + kb + kn, 0, (size_t)(lk - kb - kn) * sizeof(float));
       if (p->probs) keep_probs(p, s + i * lk, p->probs->data + position, position, hidden[i], w + c->off_f);
       any_hidden |= hidden[i];
     }
