@@ -1,6 +1,6 @@
 /* Block-sparse attention masks (FlexAttention's BlockMask), the storage the
  * attention core reads (src/core/sdpa.h: attn_sdpa_modify_tile hides what a
- * block mask hides; the flash kernel and the backward skip its empty blocks).
+ * block mask hides; both kernels and the backward skip its empty blocks).
  *
  * The [Lq, Lk] score matrix of each (b, h) is cut into blocks of `block`
  * query rows by `block` keys (the last row and column of blocks may be
