@@ -1,8 +1,20 @@
 /* Block-sparse attention masks (see block_mask.h): storage, classification,
  * the built-in mask functions and the per-tile application the attention
- * core calls. Nothing here runs threads or calls Lua: a mask is built (by the
- * binding, src/binding/lua_block_mask.c) before any kernel runs, then only
- * read. */
+ * core calls.
+ *   build (once, by the binding, src/binding/lua_block_mask.c, before any
+ *   kernel runs; fn is Lua or the built-ins here):
+ *     for each stored pattern (sb x sh) and block (qb, kb) of [<= block, <= block]:
+ *       vis = fn(block)            bytes, 1 = visible
+ *       kind = empty | full | partial (vis kept, [prow, pcol] bytes)
+ *   use (inside the kernels, read-only, any thread):
+ *     attn_block_mask_keys: a tile's keys cut to the span of non-empty blocks
+ *       (the drivers skip the rest: no product, no softmax there);
+ *     attn_block_mask_apply: -inf over empty blocks and a partial block's
+ *       hidden bytes, nothing over full ones.
+ * Error: none of its own: it only chooses which scores are -inf (the
+ * driver's sums then skip or add exact zeros). Threads: nothing here runs
+ * threads or calls Lua, and the mask is immutable once built, so the bits
+ * of a kernel's result depend on the thread count no more than without it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
