@@ -94,6 +94,14 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
+    if (sl[0].blocks.kind) { /* a block mask: a key block empty for every head of the group is skipped */
+      int seen_any = 0;
+      for (int64_t hh = 0; hh < g && !seen_any; hh++) {
+        attn_key_range bk = attn_sdpa_block_keys(p, &sl[hh], 0, lq, k0, k0 + kn);
+        seen_any = bk.end > bk.begin;
+      }
+      if (!seen_any) continue;
+    }
     prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
     /* St = K_blk Qt */
     if (e > 0)
