@@ -60,7 +60,9 @@ int main(int argc, char **argv) {
   luaL_openlibs(L);
   int i = 1;
   for (; i + 1 < argc && strcmp(argv[i], "-e") == 0; i += 2) {
-    if (luaL_loadstring(L, argv[i + 1]) != LUA_OK || call(L, 0) != LUA_OK) return 1;
+    /* lua.c's chunk name: a traceback must not echo the chunk's text */
+    const char *chunk = argv[i + 1];
+    if (luaL_loadbuffer(L, chunk, strlen(chunk), "=(command line)") != LUA_OK || call(L, 0) != LUA_OK) return 1;
   }
   if (i >= argc) return 0;
   lua_createtable(L, argc, 0);

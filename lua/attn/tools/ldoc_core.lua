@@ -353,7 +353,8 @@
 -- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
 -- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
 -- it, or false when chosen automatically: the best available), `openblas_core`
--- (as `blas_info().core`) and `threads` (OpenMP's maximum). `ATTN_CPU=scalar|avx2|avx512`
+-- (as `blas_info().core`), `threads` (OpenMP's maximum) and `arch` (what the
+-- build was compiled for: `"x86_64"`, `"aarch64"`, ...). `ATTN_CPU=scalar|avx2|avx512`
 -- forces a set; an unknown value, or one this CPU lacks, makes `require "attn"`
 -- fail with the choices. Every set gives results within 2e-6 relative of the
 -- others, and the same bits for any thread count.
