@@ -9,47 +9,64 @@
  *    forward's log-sum-exp, P = exp(S - lse), FlashAttention-2's backward:
  *    no [Lq, Lk] buffer, extra memory O((Lq + Lk) (E + Ev)) per thread.
  *
- * Per slice (one (batch, head) of the flattened batch B), with Qs = fl(q *
- * scale) as the forward scaled it:
+ * Per slice (one (batch, query head) of the flattened batch B), with Qs =
+ * fl(q * scale) as the forward scaled it:
  *   D = rowsum(dO * O) (+ rowsum(W * the weights' gradient))  [Lq]
  *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
- *     for each query block [i0, i0 + bq) that sees some of its keys (causal:
- *     blocks wholly above the diagonal are skipped; a block is cut to the keys
- *     its rows see, attn_sdpa_rows_keys):
- *       S  = Qs_i K_j^T, bias, mask, visible keys      [bq, bk] (flash only)
+ *     for each query block [i0, i0 + bq) that sees some of its keys (causal
+ *     and window: blocks outside every row's visible range are skipped; a
+ *     block is cut to the keys its rows see, attn_sdpa_rows_keys):
+ *       S0 = Qs_i K_j^T                                [bq, bk] (flash; math with softcap)
+ *       S' = c tanh(S0 / c) (softcap c; else S' = S0)  kept as `capped`
+ *       S  = S' + bias + ALiBi, mask and visible keys -> -inf   (flash only)
  *       P  = exp(S - lse) (0 where lse = -inf: no key seen), or saved probs
  *       W  = P * F (F: the forward's dropout factors, regenerated from its
  *            draw and the same positions; 1 without dropout)
  *       dW = dO_i V_j^T (+ the weights output's gradient)  [bq, bk]
  *       dV_j += W^T dO_i                               [bk, Ev]
- *       dS = P * (dW * F - D)   (0 where P = 0)        [bq, bk] = dbias tile
- *       dQ_i += scale dS K_j                           [bq, E]
- *       dK_j += dS^T Qs_i                              [bk, E]
+ *       dS' = P * (dW * F - D)   (0 where P = 0)       [bq, bk] = dbias tile
+ *       dS0 = dS' (1 - (S' / c)^2)  (softcap: tanh' = 1 - tanh^2; else dS0 = dS')
+ *       dQ_i += scale dS0 K_j                          [bq, E]
+ *       dK_j += dS0^T Qs_i                             [bk, E]
  * D = rowsum(dO * O) is rowsum(P * dP) of the softmax backward: O = W V, so
  * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
+ * Each variant's term: the window cuts the key range like causal (hidden
+ * keys have P = 0, so dS' = 0 there); ALiBi adds a constant to S (its slopes
+ * get no gradient); the bias's gradient is dS', taken before the cap's
+ * derivative, since the bias is added after the cap; softcap recomputes S'
+ * from q and k (math too: its saved P cannot give S' back where P
+ * underflowed), one tanh per score as in the forward; enable_gqa: query head
+ * h reads kv head h / g in place (attn_sdpa_slice_at), and dK, dV of a kv
+ * head are the sums of its g query heads' terms, written at slice bi / g
+ * ([B..., Hkv, Lk, E], no per-query-head copy).
  * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
  * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
  *
- * Threads: a work item is one whole slice (its dQ, dK and dV are its own) in
- * an OpenMP parallel for, BLAS single-threaded inside. Every gradient element
- * sums its tiles' terms in a fixed order: dK and dV of a key block over the
- * query blocks in increasing i0, dQ of a query block over the key blocks in
- * increasing k0. With fewer slices than threads, the flash kernel splits the
- * slices instead, without float atomics or a cross-thread reduction: pass 1
- * items are (slice, key block), each owning its rows of dK, dV (and its
- * columns of dbias), pass 2 items are (slice, query block), each owning its
- * rows of dQ (S and dW are computed twice there: 7 products instead of 5).
- * Both ways every element gets the same terms in the same order, so the bits
- * do not depend on the thread count (spec/sdpa_backward_spec.lua compares 1
- * and 2 threads, one slice included). A small call runs on the calling
- * thread alone.
+ * Threads: a work item is one kv group (the g slices of the query heads that
+ * share a kv head; one slice without GQA) in an OpenMP parallel for, BLAS
+ * single-threaded inside; its dQ, dK and dV are its own. Every gradient
+ * element sums its tiles' terms in a fixed order: dK and dV of a key block
+ * over the group's query heads in increasing order, each over the query blocks
+ * in increasing i0; dQ of a query block over the key blocks in increasing k0.
+ * With fewer groups than threads, the flash kernel splits them instead,
+ * without float atomics or a cross-thread reduction: pass 1 items are (group,
+ * key block), each owning its rows of dK, dV (and its columns of dbias), pass
+ * 2 items are (slice, query block), each owning its rows of dQ (S and dW are
+ * computed twice there: 7 products instead of 5). Both ways every element
+ * gets the same terms in the same order, so the bits do not depend on the
+ * thread count (spec/sdpa_backward_spec.lua and spec/sdpa_variants_grad_spec.lua
+ * compare 1 and 2 threads, one slice and one GQA group included). A small
+ * call runs on the calling thread alone.
  *
- * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float64
- * at most 4.8e-6 absolute (|gradients| up to about 10; within 1e-5 relative +
- * 1e-5 absolute everywhere) for Lq, Lk up to 300, math and flash; flash and
- * math agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's
- * recomputed P differs from the forward's by the rounding of its own S and
- * exp(S - lse) (a few ulp). */
+ * Error: against torch 1.13 autograd in float64 at most 4.8e-6 absolute
+ * without variants (spec/sdpa_backward_spec.lua, Lq, Lk up to 300) and, with
+ * every variant alone and combined (spec/sdpa_variants_grad_spec.lua, Lq, Lk
+ * up to 1030), 3.7e-6 (math) and 1.1e-5 (flash) absolute with |gradients| up
+ * to 11: within 1e-5 relative + 1e-5 absolute everywhere. Flash and math
+ * agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's recomputed P
+ * differs from the forward's by the rounding of its own S and exp(S - lse) (a
+ * few ulp); softcap's tanh (attn_sdpa_tanh, 4.1e-7 absolute) adds at most
+ * about 1e-6 relative to 1 - tanh^2. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
