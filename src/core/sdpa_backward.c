@@ -325,9 +325,10 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
     if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
     if (capped) { /* through the cap: dS0 = dS' (1 - tanh^2) = dS' (1 - (s' / c)^2) */
       const float *cr = capped + r * kn;
-      float cap = p->softcap;
+      float inv_cap = 1.0f / p->softcap;
+#pragma omp simd
       for (int64_t j = 0; j < kn; j++) {
-        float u = cr[j] / cap;
+        float u = cr[j] * inv_cap;
         dr[j] *= 1.0f - u * u;
       }
     }
