@@ -396,7 +396,8 @@ static int has_shape(const attn_tensor *t, int nb, const int64_t *batch, int64_t
   return t->size[nb] == rows && t->size[nb + 1] == cols;
 }
 
-/* check_shape_of with the problem's batch shape B. */
+/* ATTN_ESHAPE naming `what` unless t has the sizes [batch..., rows, cols]
+ * (and is contiguous when asked). */
 static attn_status check_shape_of(const attn_tensor *t, int nb, const int64_t *batch, int64_t rows, int64_t cols,
                                   int contiguous, const char *what) {
   if (has_shape(t, nb, batch, rows, cols, contiguous)) return ATTN_OK;
@@ -409,6 +410,7 @@ static attn_status check_shape_of(const attn_tensor *t, int nb, const int64_t *b
                    attn_sizes_str(nb + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
 }
 
+/* check_shape_of with the problem's batch shape B. */
 static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols,
                                int contiguous, const char *what) {
   return check_shape_of(t, p->nbatch, p->batch, rows, cols, contiguous, what);
