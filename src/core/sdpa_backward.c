@@ -254,6 +254,10 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
   attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
   int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
   if (ke <= kb) return;
+  /* a block mask's empty blocks are skipped as in the forward (P = 0 there) */
+  attn_key_range vis = attn_sdpa_block_keys(p, &t->sl, i0, rows, kb, ke);
+  kb = vis.begin, ke = vis.end;
+  if (ke <= kb) return;
   int64_t kn = ke - kb, ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
   float *s = t->s, *dw = t->dw;
   /* softcap: the capped scores s' = c tanh(S0 / c), S0 = Qs_i K^T, recomputed
