@@ -2,6 +2,7 @@
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
+-- options_bwd (each variant's cost on A's flash forward + backward),
 -- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
@@ -231,6 +232,56 @@ local bwd_cases = {
 }
 for _, c in ipairs(bwd_cases) do
   if wanted(c[1]) then backward_case(c[1], c[2], c[3], c[4], c[5], c[6], { "math", "flash" }) end
+end
+
+-- options_bwd: each variant's cost on the flash kernel's forward + backward of
+-- A (ms and fwd_ms as backward_case; x_plain = ms / the plain line's ms). The
+-- variants run interleaved, one call each per round, best of the rounds, so
+-- that a change of load hits them alike. gqa: 4 query heads per kv head (k, v
+-- [4, 3, 1024, 64]); window {1023, 1023} hides no key (the per-row cut, no
+-- work saved); ALiBi: the paper's slopes; softcap 30 (Gemma 2 uses 50); all:
+-- the four at once
+if wanted("options_bwd") then
+  local b, h, n, e = 4, 12, 1024, 64
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local kg, vg = attn.randn(b, h // 4, n, e), attn.randn(b, h // 4, n, e)
+  local slopes = attn.alibi_slopes(h)
+  local variants = {
+    { "plain", {} }, { "gqa", { enable_gqa = true } }, { "window", { window = { n - 1, n - 1 } } },
+    { "alibi", { alibi_slopes = slopes } }, { "softcap", { softcap = 30 } },
+    { "all", { enable_gqa = true, window = { n - 1, n - 1 }, alibi_slopes = slopes, softcap = 30 } },
+  }
+  local function timed(fn)
+    collectgarbage()
+    local t0 = attn.clock()
+    fn()
+    return (attn.clock() - t0) * 1000
+  end
+  local best = {}
+  local p = attn.progress(opts.reps + 1, "options_bwd")
+  for round = 0, opts.reps do -- round 0 warms up
+    for i, c in ipairs(variants) do
+      local o = c[2]
+      o.kernel = "flash"
+      local kk, vv = o.enable_gqa and kg or k, o.enable_gqa and vg or v
+      local out, saved
+      local f = timed(function() out, saved = raw_sdpa.sdpa_forward(q, kk, vv, o) end)
+      local bw = timed(function() raw_sdpa.sdpa_backward(out, q, kk, vv, out, saved, o) end)
+      if round > 0 then
+        best[i] = best[i] or { fwd = math.huge, ms = math.huge }
+        best[i].fwd, best[i].ms = math.min(best[i].fwd, f), math.min(best[i].ms, f + bw)
+      end
+    end
+    p:step()
+  end
+  p:done()
+  for i, c in ipairs(variants) do
+    local ms, fwd_ms = best[i].ms, best[i].fwd
+    emit { case = "options_bwd", kernel = "flash", option = c[1], b = b, h = h, lq = n, lk = n, e = e, causal = false,
+           ms = ms, fwd_ms = fwd_ms, gflops = 14.0 * b * h * n * n * e / (ms * 1e6), x_plain = ms / best[1].ms,
+           fwd_x_plain = fwd_ms / best[1].fwd }
+  end
 end
 
 if wanted("C_causal_bwd") then

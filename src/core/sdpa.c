@@ -404,6 +404,12 @@ VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, flo
 #pragma omp simd
       for (int64_t r = 0; r < ni; r++) col[r] = cap * tanh_rational(col[r] / cap);
     }
+  } else if (cs == 1) { /* row-major (the math kernel, the backward): contiguous rows, no strided access */
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c] = cap * tanh_rational(row[c] / cap);
+    }
   } else {
     for (int64_t r = 0; r < ni; r++) {
       float *row = s + r * rs;
@@ -421,6 +427,13 @@ VECTOR_CLONES void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, i
       float d0 = (float)(dist - c);
 #pragma omp simd
       for (int64_t r = 0; r < ni; r++) col[r] = col[r] + -slope * fabsf(d0 + (float)(int)r);
+    }
+  } else if (cs == 1) { /* row-major: contiguous rows */
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+      float d0 = (float)(dist + r);
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c] = row[c] + -slope * fabsf(d0 - (float)(int)c);
     }
   } else {
     for (int64_t r = 0; r < ni; r++) {

@@ -117,6 +117,28 @@
 -- @param b tensor or number
 -- @function pow
 
+--- a % b elementwise, Python's modulo as torch.remainder: the result takes the sign of b
+-- (fmod, then b added where the signs differ; x % 0 is NaN), with PyTorch broadcasting. Also
+-- `a % b` and `t:remainder(b)`, in place `t:remainder_(b)`. Block-mask functions use it for
+-- strided patterns: `((q - k) % 4):eq(0)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @usage attn.remainder(attn.tensor{5.5, -5.5}, 2) --> tensor([1.5000, 0.5000])
+-- @function remainder
+
+--- a // b elementwise, Python's floor division as torch.floor_divide (rounding toward -inf,
+-- computed from the exact fmod as PyTorch does; x // 0 is x / 0), with PyTorch broadcasting.
+-- Also `a // b` and `t:floor_divide(b)`. Not differentiable (its result never requires grad).
+-- @param a tensor or number
+-- @param b tensor or number
+-- @usage attn.tensor{5.5, -5.5} // 2 --> tensor([ 2., -3.])
+-- @function floor_divide
+
+--- floor(t) elementwise: the largest integer <= t, as a float (NaN and infinities kept);
+-- its gradient is zero, as torch.floor's.
+-- @param t tensor
+-- @function floor
+
 --- The elementwise maximum of a and b (broadcasting); NaN wins, as in torch.maximum.
 -- @param a tensor or number
 -- @param b tensor or number
@@ -353,7 +375,8 @@
 -- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
 -- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
 -- it, or false when chosen automatically: the best available), `openblas_core`
--- (as `blas_info().core`) and `threads` (OpenMP's maximum). `ATTN_CPU=scalar|avx2|avx512`
+-- (as `blas_info().core`), `threads` (OpenMP's maximum) and `arch` (what the
+-- build was compiled for: `"x86_64"`, `"aarch64"`, ...). `ATTN_CPU=scalar|avx2|avx512`
 -- forces a set; an unknown value, or one this CPU lacks, makes `require "attn"`
 -- fail with the choices. Every set gives results within 2e-6 relative of the
 -- others, and the same bits for any thread count.
