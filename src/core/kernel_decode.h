@@ -1,0 +1,123 @@
+/* The decoding kernels of every set (src/core/cpu.h: rows_dot, rows_axpy),
+ * included by kernels_scalar.c, kernels_avx2.c and kernels_avx512.c after
+ * they define a vector of VW floats:
+ *   VEC, vzero(), vload(p), vload_n(p, n) (n < VW floats, the rest 0),
+ *   vstore(p, x), vstore_n(p, x, n), vset1(f), vfma(a, b, c) (a b + c),
+ *   vsum(x) (the lanes' sum, in a fixed order),
+ * and DOT_ROWS (query rows per dot group, <= 4), AXPY_ROWS x AXPY_VECS
+ * (accumulators of rows_axpy, in registers). Not a public header.
+ *
+ * Decoding reads each K and V row once for a few query rows (R = g Lq <= 8),
+ * so these work row-wise: a K row is loaded once and dotted with the R
+ * queries; a V row is loaded once and added, scaled, into R output rows held
+ * in registers across the whole key block. Every sum has a fixed order given
+ * by the sizes (E or the key count), never by the threads. */
+#ifndef ATTN_KERNEL_DECODE_H
+#define ATTN_KERNEL_DECODE_H
+
+/* out[i] = q_i . kj for nr (constant) query rows q_i = q + i e. */
+static inline __attribute__((always_inline)) void dot_group(int nr, const float *q, int64_t e, const float *kj,
+                                                            float *out) {
+  VEC acc[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) acc[i] = vzero();
+  int64_t d = 0;
+  for (; d + VW <= e; d += VW) {
+    VEC kv = vload(kj + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+      if (i < nr) acc[i] = vfma(vload(q + i * e + d), kv, acc[i]);
+  }
+  if (d < e) {
+    VEC kv = vload_n(kj + d, e - d);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+      if (i < nr) acc[i] = vfma(vload_n(q + i * e + d, e - d), kv, acc[i]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++)
+    if (i < nr) out[i] = vsum(acc[i]);
+}
+
+static void rows_dot(const float *q, int64_t rows, int64_t e, const float *k, int64_t sk, int64_t kn, float *st,
+                     int64_t ld) {
+  for (int64_t j = 0; j < kn; j++) {
+    const float *kj = k + j * sk;
+    float *sj = st + j * ld;
+    int64_t r = 0;
+    for (; r + DOT_ROWS <= rows; r += DOT_ROWS) dot_group(DOT_ROWS, q + r * e, e, kj, sj + r);
+    switch ((int)(rows - r)) { /* a constant row count for each tail */
+    case 0: break;
+    case 1: dot_group(1, q + r * e, e, kj, sj + r); break;
+    case 2: dot_group(2, q + r * e, e, kj, sj + r); break;
+    default: dot_group(3, q + r * e, e, kj, sj + r); break;
+    }
+  }
+}
+
+/* o_i[0, w) += sum over j < kn (increasing) of p[j ld + i] v_j[0, w) for nr
+ * (constant) rows o_i = o + i ldo; w <= AXPY_VECS VW (full: w equals it). */
+static inline __attribute__((always_inline)) void axpy_group(int nr, int full, const float *p, int64_t ld,
+                                                             const float *v, int64_t sv, int64_t kn, int64_t w,
+                                                             float *o, int64_t ldo) {
+  VEC acc[AXPY_ROWS][AXPY_VECS];
+#pragma GCC unroll 8
+  for (int i = 0; i < AXPY_ROWS; i++)
+#pragma GCC unroll 8
+    for (int x = 0; x < AXPY_VECS; x++) {
+      if (i >= nr) break;
+      int64_t n = w - x * VW;
+      acc[i][x] = full || n >= VW ? vload(o + i * ldo + x * VW) : (n > 0 ? vload_n(o + i * ldo + x * VW, n) : vzero());
+    }
+  for (int64_t j = 0; j < kn; j++) {
+    const float *vj = v + j * sv;
+    VEC vv[AXPY_VECS];
+#pragma GCC unroll 8
+    for (int x = 0; x < AXPY_VECS; x++) {
+      int64_t n = w - x * VW;
+      vv[x] = full || n >= VW ? vload(vj + x * VW) : (n > 0 ? vload_n(vj + x * VW, n) : vzero());
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < AXPY_ROWS; i++) {
+      if (i >= nr) break;
+      VEC pb = vset1(p[j * ld + i]);
+#pragma GCC unroll 8
+      for (int x = 0; x < AXPY_VECS; x++) acc[i][x] = vfma(vv[x], pb, acc[i][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < AXPY_ROWS; i++)
+#pragma GCC unroll 8
+    for (int x = 0; x < AXPY_VECS; x++) {
+      if (i >= nr) break;
+      int64_t n = w - x * VW;
+      if (full || n >= VW)
+        vstore(o + i * ldo + x * VW, acc[i][x]);
+      else if (n > 0)
+        vstore_n(o + i * ldo + x * VW, acc[i][x], n);
+    }
+}
+
+/* Row groups of AXPY_ROWS (a constant count for the tail) over one column block. */
+static inline __attribute__((always_inline)) void axpy_columns(int full, const float *p, int64_t ld, int64_t rows,
+                                                               const float *v, int64_t sv, int64_t kn, int64_t w,
+                                                               float *o, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + AXPY_ROWS <= rows; r += AXPY_ROWS) axpy_group(AXPY_ROWS, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo);
+  switch ((int)(rows - r)) {
+  case 0: break;
+  case 1: axpy_group(1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  case 2: axpy_group(AXPY_ROWS > 2 ? 2 : 1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  default: axpy_group(AXPY_ROWS > 3 ? 3 : 1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  }
+}
+
+static void rows_axpy(const float *p, int64_t ld, int64_t rows, const float *v, int64_t sv, int64_t kn, int64_t ev,
+                      float *o) {
+  const int64_t block = (int64_t)AXPY_VECS * VW;
+  int64_t d = 0;
+  for (; d + block <= ev; d += block) axpy_columns(1, p, ld, rows, v + d, sv, kn, block, o + d, ev);
+  if (d < ev) axpy_columns(0, p, ld, rows, v + d, sv, kn, ev - d, o + d, ev);
+}
+
+#endif
