@@ -134,31 +134,29 @@ static const float *packed_rows(const float *x, int64_t s0, int64_t s1, int64_t 
   return pack;
 }
 
-/* run_chunk for R <= ROW_WISE_MAX rows: the
- * same steps without the tile products padded to 16 rows, which for R = 1
+/* run_chunk for R <= ROW_WISE_MAX rows: the same steps row by row, without
+ * the tile products and the softmax step padded to 16 rows, which for R = 1
  * did 16 times the arithmetic a row needs and made decoding compute-bound.
- * Q [R, E] and O [R, Ev] are row-major; St keeps run_chunk's [bk, ld]
- * layout (ld = R padded to 16) for the score modification and the softmax
- * step. Per key block: St = K_blk Q^T by rows_dot (each K row loaded once
- * for the R rows), O = a O + Pt^T V_blk by rows_axpy (each V row loaded once,
- * O in registers). */
+ * Q [R, E], S [R, BK] (keys contiguous) and O [R, Ev] are row-major. Per key
+ * block: S = Q K_blk^T by rows_dot (each K row loaded once for the R rows),
+ * the score modification, softmax_row per row (vectors over the keys),
+ * O = a O + P V_blk by rows_axpy (each V row loaded once, O in registers). */
 #define ROW_WISE_MAX 8
 
 static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
   int64_t gi = item / c->nchunk, ci = item % c->nchunk;
-  int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows, ld = c->rows_p;
-  float *qr = w, *st = w + c->off_s, *o = w + c->off_o, *m = w + c->off_m, *l = w + c->off_l, *a = w + c->off_a,
+  int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows;
+  float *qr = w, *s = w + c->off_s, *o = w + c->off_o, *m = w + c->off_m, *l = w + c->off_l, *a = w + c->off_a,
         *f = w + c->off_f;
   attn_sdpa_slice sl[ROW_WISE_MAX];
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_slice_at(p, gi * g + hh, &sl[hh]);
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_load_q(p, &sl[hh], 0, lq, qr + hh * lq * e, e, 1);
-  for (int64_t i = 0; i < ld; i++) m[i] = -INFINITY, l[i] = 0.0f;
+  for (int64_t i = 0; i < rows; i++) m[i] = -INFINITY, l[i] = 0.0f;
   memset(o, 0, (size_t)(rows * ev) * sizeof(float));
-  memset(st, 0, (size_t)(BK * ld) * sizeof(float)); /* the padding rows: finite, never read back */
   int64_t sk0 = attn_sdpa_row_stride(p, &p->k), sk1 = attn_sdpa_col_stride(p, &p->k);
   int64_t sv0 = attn_sdpa_row_stride(p, &p->v), sv1 = attn_sdpa_col_stride(p, &p->v);
-  const float *k = sl[0].k, *v = sl[0].v;
+  const float *k = sl[0].k, *v = sl[0].v; /* the group's kv head: the same for its g slices */
 
   attn_key_range seen = attn_sdpa_rows_keys(p, 0, lq);
   int64_t kb = ci * CHUNK > seen.begin ? ci * CHUNK : seen.begin;
@@ -166,22 +164,22 @@ static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
     prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
-    const float *kb_rows = packed_rows(k, sk0, sk1, k0, kn, e, w + c->off_kp);
-    c->kr->rows_dot(qr, rows, e, kb_rows, sk1 == 1 ? sk0 : e, kn, st, ld);
-    for (int64_t hh = 0; hh < g; hh++) attn_sdpa_modify_tile(p, &sl[hh], 0, lq, k0, kn, st + hh * lq, 1, ld);
-    for (int64_t r = 0; r < ld; r += MR) c->kr->softmax_step16(st + r, ld, kn, m + r, l + r, a + r);
+    const float *k_rows = packed_rows(k, sk0, sk1, k0, kn, e, w + c->off_kp);
+    c->kr->rows_dot(qr, rows, e, k_rows, sk1 == 1 ? sk0 : e, kn, s, BK);
+    for (int64_t hh = 0; hh < g; hh++) attn_sdpa_modify_tile(p, &sl[hh], 0, lq, k0, kn, s + hh * lq * BK, BK, 1);
+    for (int64_t r = 0; r < rows; r++) c->kr->softmax_row(s + r * BK, kn, m + r, l + r, a + r);
     if (p->dropout_p > 0.0) {
       for (int64_t r = 0; r < rows; r++) {
         int64_t bi = gi * g + r / lq, i = r % lq;
         attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i) * p->lk + k0, kn, f);
-        for (int64_t j = 0; j < kn; j++) st[j * ld + r] *= f[j];
+        for (int64_t j = 0; j < kn; j++) s[r * BK + j] *= f[j];
       }
     }
     for (int64_t r = 0; r < rows; r++)
-      if (a[r] != 1.0f)
+      if (a[r] != 1.0f) /* (a product by 1 changes nothing) */
         for (int64_t d = 0; d < ev; d++) o[r * ev + d] *= a[r];
-    const float *vb_rows = packed_rows(v, sv0, sv1, k0, kn, ev, w + c->off_vp);
-    c->kr->rows_axpy(st, ld, rows, vb_rows, sv1 == 1 ? sv0 : ev, kn, ev, o);
+    const float *v_rows = packed_rows(v, sv0, sv1, k0, kn, ev, w + c->off_vp);
+    c->kr->rows_axpy(s, BK, rows, v_rows, sv1 == 1 ? sv0 : ev, kn, ev, o);
   }
   float *part = c->partial + item * rows * (ev + 2);
   for (int64_t r = 0; r < rows; r++) {

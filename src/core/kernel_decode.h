@@ -1,9 +1,11 @@
-/* The decoding kernels of every set (src/core/cpu.h: rows_dot, rows_axpy),
- * included by kernels_scalar.c, kernels_avx2.c and kernels_avx512.c after
- * they define a vector of VW floats:
+/* The decoding kernels of every set (src/core/cpu.h: rows_dot,
+ * softmax_row, rows_axpy), included by kernels_scalar.c, kernels_avx2.c and
+ * kernels_avx512.c after they define a vector of VW floats:
  *   VEC, vzero(), vload(p), vload_n(p, n) (n < VW floats, the rest 0),
- *   vstore(p, x), vstore_n(p, x, n), vset1(f), vfma(a, b, c) (a b + c),
- *   vsum(x) (the lanes' sum, in a fixed order),
+ *   vload_fill(p, n, f) (the rest f), vstore(p, x), vstore_n(p, x, n),
+ *   vset1(f), vfma(a, b, c) (a b + c), vadd, vsub, vmul, vmax (either
+ *   operand when one is NaN), vexp (the set's e^x for x <= 0, -inf -> 0,
+ *   NaN stays NaN), vsum(x) (the lanes' sum, in a fixed order), vhmax(x),
  * and DOT_ROWS (query rows per dot group, <= 4), AXPY_ROWS x AXPY_VECS
  * (accumulators of rows_axpy, in registers). Not a public header.
  *
@@ -15,9 +17,9 @@
 #ifndef ATTN_KERNEL_DECODE_H
 #define ATTN_KERNEL_DECODE_H
 
-/* out[i] = q_i . kj for nr (constant) query rows q_i = q + i e. */
+/* out[i ld] = q_i . kj for nr (constant) query rows q_i = q + i e. */
 static inline __attribute__((always_inline)) void dot_group(int nr, const float *q, int64_t e, const float *kj,
-                                                            float *out) {
+                                                            float *out, int64_t ld) {
   VEC acc[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; i++) acc[i] = vzero();
@@ -36,26 +38,54 @@ static inline __attribute__((always_inline)) void dot_group(int nr, const float 
   }
 #pragma GCC unroll 4
   for (int i = 0; i < 4; i++)
-    if (i < nr) out[i] = vsum(acc[i]);
+    if (i < nr) out[i * ld] = vsum(acc[i]);
 }
 
 static void rows_dot(const float *q, int64_t rows, int64_t e, const float *k, int64_t sk, int64_t kn, float *st,
                      int64_t ld) {
   for (int64_t j = 0; j < kn; j++) {
     const float *kj = k + j * sk;
-    float *sj = st + j * ld;
     int64_t r = 0;
-    for (; r + DOT_ROWS <= rows; r += DOT_ROWS) dot_group(DOT_ROWS, q + r * e, e, kj, sj + r);
+    for (; r + DOT_ROWS <= rows; r += DOT_ROWS) dot_group(DOT_ROWS, q + r * e, e, kj, st + r * ld + j, ld);
     switch ((int)(rows - r)) { /* a constant row count for each tail */
     case 0: break;
-    case 1: dot_group(1, q + r * e, e, kj, sj + r); break;
-    case 2: dot_group(2, q + r * e, e, kj, sj + r); break;
-    default: dot_group(3, q + r * e, e, kj, sj + r); break;
+    case 1: dot_group(1, q + r * e, e, kj, st + r * ld + j, ld); break;
+    case 2: dot_group(2, q + r * e, e, kj, st + r * ld + j, ld); break;
+    default: dot_group(3, q + r * e, e, kj, st + r * ld + j, ld); break;
     }
   }
 }
 
-/* o_i[0, w) += sum over j < kn (increasing) of p[j ld + i] v_j[0, w) for nr
+static void softmax_row(float *s, int64_t n, float *m, float *l, float *rescale) {
+  VEC bm = vset1(-INFINITY);
+  int64_t j = 0;
+  for (; j + VW <= n; j += VW) bm = vmax(vload(s + j), bm);
+  if (j < n) bm = vmax(vload_fill(s + j, n - j, -INFINITY), bm);
+  float mx = vhmax(bm), mold = *m;
+  float mnew = mx > mold ? mx : mold; /* a NaN score makes the sum, so the row, NaN */
+  VEC msub = vset1(mnew == -INFINITY ? 0.0f : mnew); /* nothing visible yet: exp(-inf - 0) = 0, not NaN */
+  VEC sum = vzero();
+  for (j = 0; j + VW <= n; j += VW) {
+    VEC x = vexp(vsub(vload(s + j), msub));
+    vstore(s + j, x);
+    sum = vadd(sum, x);
+  }
+  if (j < n) {
+    VEC x = vexp(vsub(vload_fill(s + j, n - j, -INFINITY), msub));
+    vstore_n(s + j, x, n - j);
+    sum = vadd(sum, x);
+  }
+  float kept = *l * vsum(vexp(vsub(vload_fill(&mold, 1, -INFINITY), msub))); /* 0 where mold = -inf */
+  float lnew = kept + vsum(sum);
+  VEC inv = vset1(lnew == 0.0f ? 0.0f : 1.0f / lnew);
+  for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), inv));
+  if (j < n) vstore_n(s + j, vmul(vload_n(s + j, n - j), inv), n - j);
+  *rescale = kept * (lnew == 0.0f ? 0.0f : 1.0f / lnew);
+  *l = lnew;
+  *m = mnew;
+}
+
+/* o_i[0, w) += sum over j < kn (increasing) of p[i ld + j] v_j[0, w) for nr
  * (constant) rows o_i = o + i ldo; w <= AXPY_VECS VW (full: w equals it). */
 static inline __attribute__((always_inline)) void axpy_group(int nr, int full, const float *p, int64_t ld,
                                                              const float *v, int64_t sv, int64_t kn, int64_t w,
@@ -80,7 +110,7 @@ static inline __attribute__((always_inline)) void axpy_group(int nr, int full, c
 #pragma GCC unroll 8
     for (int i = 0; i < AXPY_ROWS; i++) {
       if (i >= nr) break;
-      VEC pb = vset1(p[j * ld + i]);
+      VEC pb = vset1(p[i * ld + j]);
 #pragma GCC unroll 8
       for (int x = 0; x < AXPY_VECS; x++) acc[i][x] = vfma(vv[x], pb, acc[i][x]);
     }
@@ -103,12 +133,13 @@ static inline __attribute__((always_inline)) void axpy_columns(int full, const f
                                                                const float *v, int64_t sv, int64_t kn, int64_t w,
                                                                float *o, int64_t ldo) {
   int64_t r = 0;
-  for (; r + AXPY_ROWS <= rows; r += AXPY_ROWS) axpy_group(AXPY_ROWS, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo);
+  for (; r + AXPY_ROWS <= rows; r += AXPY_ROWS)
+    axpy_group(AXPY_ROWS, full, p + r * ld, ld, v, sv, kn, w, o + r * ldo, ldo);
   switch ((int)(rows - r)) {
   case 0: break;
-  case 1: axpy_group(1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
-  case 2: axpy_group(AXPY_ROWS > 2 ? 2 : 1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
-  default: axpy_group(AXPY_ROWS > 3 ? 3 : 1, full, p + r, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  case 1: axpy_group(1, full, p + r * ld, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  case 2: axpy_group(AXPY_ROWS > 2 ? 2 : 1, full, p + r * ld, ld, v, sv, kn, w, o + r * ldo, ldo); break;
+  default: axpy_group(AXPY_ROWS > 3 ? 3 : 1, full, p + r * ld, ld, v, sv, kn, w, o + r * ldo, ldo); break;
   }
 }
 

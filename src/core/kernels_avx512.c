@@ -160,6 +160,22 @@ static inline void vstore_n(float *p, __m512 x, int64_t n) {
   _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), x);
 }
 static inline __m512 vset1(float x) { return _mm512_set1_ps(x); }
+static inline __m512 vload_fill(const float *p, int64_t n, float f) {
+  return _mm512_mask_loadu_ps(_mm512_set1_ps(f), (__mmask16)((1u << n) - 1u), p);
+}
+static inline __m512 vadd(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+static inline __m512 vsub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+static inline __m512 vmul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+static inline __m512 vmax(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+static inline __m512 vexp(__m512 x) { return exp16(x); }
+static inline float vhmax(__m512 x) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(x),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
 static inline __m512 vfma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 static inline float vsum(__m512 x) { /* halves, then quarters, ...: a fixed tree */
   __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
@@ -171,4 +187,4 @@ static inline float vsum(__m512 x) { /* halves, then quarters, ...: a fixed tree
 }
 #include "kernel_decode.h"
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16, exp_minus, rows_dot, rows_axpy};
+const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};
