@@ -6,6 +6,7 @@
  *   vset1(f), vfma(a, b, c) (a b + c), vadd, vsub, vmul, vmax (either
  *   operand when one is NaN), vexp (the set's e^x for x <= 0, -inf -> 0,
  *   NaN stays NaN), vsum(x) (the lanes' sum, in a fixed order), vhmax(x),
+ *   optionally vsum4(a, b, c, d, out) (four sums at once, HAVE_VSUM4),
  * and DOT_ROWS (query rows per dot group, <= 4), AXPY_ROWS x AXPY_VECS
  * (accumulators of rows_axpy, in registers). Not a public header.
  *
@@ -41,8 +42,62 @@ static inline __attribute__((always_inline)) void dot_group(int nr, const float 
     if (i < nr) out[i * ld] = vsum(acc[i]);
 }
 
+#if defined(DOT_QREGS) && DOT_QREGS > 0
+/* rows_dot for E = 64 and nr (constant) rows whose queries fit DOT_QREGS
+ * registers: loaded once for the whole block. The same operations, in the
+ * same order, as dot_group: the same bits. */
+#define DOT_NV (64 / VW)
+static inline __attribute__((always_inline)) void dot_block64(int nr, const float *q, const float *k, int64_t sk,
+                                                              int64_t kn, float *st, int64_t ld) {
+  VEC qv[4][DOT_NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++)
+#pragma GCC unroll 8
+    for (int x = 0; x < DOT_NV; x++)
+      if (i < nr) qv[i][x] = vload(q + i * 64 + x * VW);
+  for (int64_t j = 0; j < kn; j++) {
+    const float *kj = k + j * sk;
+    VEC acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) acc[i] = vzero();
+#pragma GCC unroll 8
+    for (int x = 0; x < DOT_NV; x++) {
+      VEC kv = vload(kj + x * VW);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; i++)
+        if (i < nr) acc[i] = vfma(qv[i][x], kv, acc[i]);
+    }
+#ifdef HAVE_VSUM4
+    if (nr == 4) { /* the four sums in one tree */
+      float sums[4];
+      vsum4(acc[0], acc[1], acc[2], acc[3], sums);
+      for (int i = 0; i < 4; i++) st[i * ld + j] = sums[i];
+      continue;
+    }
+#endif
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+      if (i < nr) st[i * ld + j] = vsum(acc[i]);
+  }
+}
+#endif
+
 static void rows_dot(const float *q, int64_t rows, int64_t e, const float *k, int64_t sk, int64_t kn, float *st,
                      int64_t ld) {
+#if defined(DOT_QREGS) && DOT_QREGS > 0
+  if (e == 64) { /* the common head size: queries in registers */
+    enum { GROUP = DOT_QREGS / DOT_NV < 4 ? DOT_QREGS / DOT_NV : 4 };
+    int64_t r = 0;
+    for (; r + GROUP <= rows; r += GROUP) dot_block64(GROUP, q + r * 64, k, sk, kn, st + r * ld, ld);
+    switch ((int)(rows - r)) {
+    case 0: break;
+    case 1: dot_block64(1, q + r * 64, k, sk, kn, st + r * ld, ld); break;
+    case 2: dot_block64(GROUP > 2 ? 2 : 1, q + r * 64, k, sk, kn, st + r * ld, ld); break;
+    default: dot_block64(GROUP > 3 ? 3 : 1, q + r * 64, k, sk, kn, st + r * ld, ld); break;
+    }
+    return;
+  }
+#endif
   for (int64_t j = 0; j < kn; j++) {
     const float *kj = k + j * sk;
     int64_t r = 0;

@@ -146,6 +146,7 @@ static void exp_minus(float *x, int64_t n, float m) {
 #define VEC __m256
 #define VW 8
 #define DOT_ROWS 4
+#define DOT_QREGS 8
 #define AXPY_ROWS 2
 #define AXPY_VECS 4
 static inline __m256i lanes_below(int64_t n) {

@@ -148,6 +148,7 @@ static void exp_minus(float *x, int64_t n, float m) {
 #define VEC __m512
 #define VW 16
 #define DOT_ROWS 4
+#define DOT_QREGS 16
 #define AXPY_ROWS 4
 #define AXPY_VECS 4
 static inline __m512 vzero(void) { return _mm512_setzero_ps(); }
@@ -184,6 +185,19 @@ static inline float vsum(__m512 x) { /* halves, then quarters, ...: a fixed tree
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+/* out = the lane sums of a, b, c, d through one tree: pairs within each
+ * 128-bit lane (unpack + add twice), then the four lanes (halves twice). */
+#define HAVE_VSUM4 1
+static inline void vsum4(__m512 a, __m512 b, __m512 c, __m512 d, float *out) {
+  __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+  __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 #include "kernel_decode.h"
 
