@@ -466,7 +466,8 @@ attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t
   /* decoding (a few rows per kv head against more than one split-K chunk):
    * the fused kernel splits the keys over the threads and reads each K/V row
    * once for a GQA group; the math kernel runs one thread per slice and a
-   * score row per query head (scripts/bench.lua decode: 2.0x, decode_gqa 6.8x) */
+   * score row per query head (scripts/bench.lua, 2 threads at load 7: decode
+   * 2.5-2.9x faster, decode_gqa 6-7x) */
   if (gqa_group < 1) gqa_group = 1;
   if (gqa_group * lq <= ATTN_FLASH_BQ && lk > ATTN_DECODE_CHUNK) return ATTN_SDPA_FLASH;
   /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
@@ -475,7 +476,8 @@ attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t
   if (lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
   /* a window that hides most pairs: the fused kernel skips the key tiles
    * outside it, the math kernel computes every score (scripts/bench.lua
-   * window: 40x). Causal alone hides half, which the crossover above weighs;
+   * window, 2 threads at load 7: 36x). Causal alone hides half, which the
+   * crossover above weighs;
    * square causal calls (the module forward and backward) choose by it alone. */
   if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
   return ATTN_SDPA_MATH;
