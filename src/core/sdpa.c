@@ -477,8 +477,8 @@ attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t
   /* a window that hides most pairs: the fused kernel skips the key tiles
    * outside it, the math kernel computes every score (scripts/bench.lua
    * window, 2 threads at load 7: 36x). Causal alone hides half, which the
-   * crossover above weighs;
-   * square causal calls (the module forward and backward) choose by it alone. */
+   * crossover above weighs; square causal calls (the module forward and
+   * backward) choose by it alone. */
   if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
   return ATTN_SDPA_MATH;
 }
