@@ -74,6 +74,7 @@ function GQA:init(d_in, d_out, context_length, num_heads, num_kv_groups, opts)
   self:add_module("dropout", Dropout(p))
 end
 
+--- The sizes and options, for tostring(m).
 function GQA:extra_repr()
   return ("num_heads=%d, num_kv_groups=%d, head_dim=%d, rope_base=%.10g%s"):format(self.num_heads,
     self.num_kv_groups, self.head_dim, self.rope_base,
@@ -83,7 +84,7 @@ end
 -- The projections of x [b, n, d_in] as heads: queries [b, h, n, hd] and
 -- keys [b, kv, n, hd] rotated at positions first..first+n-1, values
 -- [b, kv, n, hd] (a strided view, no copy).
-function GQA:project(x, b, n, first)
+local function project(self, x, b, n, first)
   local h, kv, hd = self.num_heads, self.num_kv_groups, self.head_dim
   local rope = { base = self.rope_base }
   if first ~= 1 then
@@ -99,7 +100,7 @@ end
 
 -- The attention of queries [b, h, Lq, hd] over keys, values [b, kv, Lk, hd]
 -- (Lk >= Lq, the queries being the last Lq positions), then out_proj.
-function GQA:attend(queries, keys, values, b, n)
+local function attend(self, queries, keys, values, b, n)
   local p = self.dropout.training and self.dropout.p or 0
   if p == 1 then
     -- dropout of every weight (torch draws nothing): out_proj of zeros
@@ -129,8 +130,8 @@ function GQA:forward(x, opts)
   checks.input(C, x, "x", self.d_in, 3, 3)
   checks.context(C, x, self.context_length)
   local b, n = x:size(1), x:size(2)
-  local queries, keys, values = self:project(x, b, n, 1)
-  return self:attend(queries, keys, values, b, n)
+  local queries, keys, values = project(self, x, b, n, 1)
+  return attend(self, queries, keys, values, b, n)
 end
 
 --- The KV-cached forward (for decoding): x [b, n, d_in] holds the tokens at
@@ -164,12 +165,12 @@ function GQA:forward_cached(x)
                 len = 0 }
       self.kv_cache = cache
     end
-    local queries, keys, values = self:project(x, b, n, cached + 1)
+    local queries, keys, values = project(self, x, b, n, cached + 1)
     cache.keys:narrow(3, cached + 1, n):copy_(keys)
     cache.values:narrow(3, cached + 1, n):copy_(values)
     cache.len = cached + n
     -- [b, kv, P+n, hd]: strided views of the cache
-    return self:attend(queries, cache.keys:narrow(3, 1, cached + n), cache.values:narrow(3, 1, cached + n), b, n)
+    return attend(self, queries, cache.keys:narrow(3, 1, cached + n), cache.values:narrow(3, 1, cached + n), b, n)
   end)
 end
 
