@@ -55,6 +55,19 @@ describe("nn.GroupedQueryAttention against PyTorch 1.13", function()
     end)
   end
 
+  it("the notebook version's extra buffers (mask, cos, sin) load with strict = false only", function()
+    local c = FIX[3]
+    local d = fixture_state(c)
+    d.mask, d.cos, d.sin = attn.ones(4, 4), attn.ones(4, 4), attn.ones(4, 4)
+    attn.manual_seed(1)
+    local m = build(c)
+    C.fails(function() m:load_state_dict(d) end, 'unexpected key(s): "cos", "mask", "sin"')
+    local r = m:load_state_dict(d, false)
+    assert.are.same({ "cos", "mask", "sin" }, r.unexpected_keys)
+    assert.are.same({}, r.missing_keys)
+    C.close(m(C.T(c.x)), c.out, RTOL, ATOL, "out")
+  end)
+
   it("named_parameters lists the projections' biases with qkv_bias", function()
     local m = GQA(4, 8, 8, 2, 1, { qkv_bias = true })
     assert.are.same({ "W_key.weight", "W_key.bias", "W_value.weight", "W_value.bias", "W_query.weight",

@@ -14,7 +14,10 @@
 -- causal, or with `window = w` each token sees itself and the w - 1 before.
 -- forward(x[, {use_cache = false}]): x [b, n, d_in] -> [b, n, d_out]; with
 -- use_cache the tokens continue the cached sequence (see forward_cached);
--- reset_cache() empties the cache.
+-- reset_cache() empties the cache. The state dict holds the parameters
+-- only: a torch state dict of the class loads as it is; one of the book's
+-- notebook version, which also saves its `mask`, `cos` and `sin` buffers,
+-- loads with strict = false (they are recomputed here).
 -- @classmod attn.nn.GroupedQueryAttention
 local attn = require "attn"
 local Module = require "attn.nn.Module"
