@@ -127,7 +127,10 @@ describe("attn.cpu_info", function()
   end)
 
   it("the x86-64 sets are listed where /proc/cpuinfo has their flags", function()
-    local f = io.open("/proc/cpuinfo")
+    assert.is_truthy(({ x86_64 = true, aarch64 = true, i386 = true, riscv64 = true, other = true })[info.arch],
+      tostring(info.arch))
+    -- (under qemu-user, /proc/cpuinfo is the host's: only an x86-64 build reads it)
+    local f = info.arch == "x86_64" and io.open("/proc/cpuinfo")
     if not f then return end
     local cpuinfo = f:read("a")
     f:close()
