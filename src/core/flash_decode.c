@@ -29,9 +29,12 @@
  *   2 cores): 7.2 ns per key row for R = 1 (16.4 with the padded tiles), 13.4
  *   ns for R = 4 (21.1); a key row's K and V are 512 bytes, so one thread
  *   computes at ~70 GB/s (R = 1) and decoding is left to memory. scripts/
- *   bench.lua --threads 2 (Lk 65536, 8 kv heads; two runs at load 7): decode
- *   1.00 and 1.00 x the same run's membw (0.63 x before), decode_gqa 0.91 and
- *   0.72 x; the math kernel 0.40 / 0.34 x and 0.13 / 0.12 x.
+ *   bench.lua --threads 2 (Lk 65536, 8 kv heads), x the same run's membw:
+ *   decode 0.98, 1.19, 0.80 (three runs at load 2.6; 32.6 GB/s of membw's
+ *   33.3 in the first) and 1.00, 1.00 (load 7; 0.63 before this path);
+ *   decode_gqa 0.98, 0.38, 0.66 and 0.91, 0.72: with R = 4 rows it computes
+ *   twice as long per key, so a core shared with other jobs costs it more.
+ *   The math kernel: 0.30 to 0.40 x and 0.08 to 0.13 x.
  * then per (group, row): M = max_c m_c, L = sum_c exp(m_c - M) l_c,
  *   out = sum_c exp(m_c - M) l_c Ot_c / L, lse = M + log L (double sums),
  *   zeros and -inf where no chunk saw a key.
