@@ -201,8 +201,10 @@ static int l_sdpa_forward(lua_State *L) {
   if (attn_sdpa_out_shape(q, k, v, &po.o, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
   int64_t nb = attn_sizes_product(ndim - 2, size), lk = k->size[k->ndim - 2];
   const char *why;
-  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(po.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
-                                                    size[ndim - 1], po.need_weights, &why);
+  /* the choice the unrecorded call makes (attn_sdpa_run), so both give the same bits */
+  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel_for(po.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
+                                                        size[ndim - 1], po.need_weights,
+                                                        attn_sdpa_gqa_group_of(q, k, &po.o), &po.o, &why);
   if (kernel == ATTN_SDPA_AUTO) attnL_error(L, FN, "%s; use kernel = \"math\" or \"auto\"", why);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, FN);
   size[ndim - 1] = lk;

@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "flash.h"
+#include "flash_decode.h"
 #include "sdpa.h"
 #include "threads.h"
 
@@ -468,8 +469,26 @@ const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights) 
   return NULL;
 }
 
-attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
-                                         int64_t ev, int need_weights, const char **why) {
+/* Query-key pairs a slice's rows see under is_causal and the window (a mask
+ * or bias can only hide more): what the fused kernel computes, tile by tile,
+ * where the math kernel computes all lq * lk. */
+static double visible_pairs(int64_t lq, int64_t lk, const attn_sdpa_opts *o) {
+  if (!o || (!o->is_causal && !o->has_window)) return (double)lq * (double)lk;
+  double pairs = 0.0;
+  int64_t d = lk - lq;
+  for (int64_t i = 0; i < lq; i++) {
+    int64_t begin = 0, end = lk;
+    if (o->is_causal && i + 1 < end) end = i + 1;
+    if (o->has_window && o->window_left >= 0 && i + d - o->window_left > begin) begin = i + d - o->window_left;
+    if (o->has_window && o->window_right >= 0 && i + d + o->window_right + 1 < end) end = i + d + o->window_right + 1;
+    if (end > begin) pairs += (double)(end - begin);
+  }
+  return pairs;
+}
+
+attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
+                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
+                                             const attn_sdpa_opts *opts, const char **why) {
   (void)nb;
   (void)e;
   (void)ev;
@@ -479,10 +498,35 @@ attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb,
     return *why ? ATTN_SDPA_AUTO : requested;
   }
   if (attn_sdpa_kernel_refuses(ATTN_SDPA_FLASH, need_weights)) return ATTN_SDPA_MATH;
+  /* decoding (a few rows per kv head against more than one split-K chunk):
+   * the fused kernel splits the keys over the threads and reads each K/V row
+   * once for a GQA group; the math kernel runs one thread per slice and a
+   * score row per query head (scripts/bench.lua, 2 threads at load 7: decode
+   * 2.5-2.9x faster, decode_gqa 6-7x) */
+  if (gqa_group < 1) gqa_group = 1;
+  if (gqa_group * lq <= ATTN_FLASH_BQ && lk > ATTN_DECODE_CHUNK) return ATTN_SDPA_FLASH;
   /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
    * the math kernel is as fast or faster while a slice's scores fit in a few
    * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  return lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024 ? ATTN_SDPA_FLASH : ATTN_SDPA_MATH;
+  if (lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
+  /* a window that hides most pairs: the fused kernel skips the key tiles
+   * outside it, the math kernel computes every score (scripts/bench.lua
+   * window, 2 threads at load 7: 36x). Causal alone hides half, which the
+   * crossover above weighs; square causal calls (the module forward and
+   * backward) choose by it alone. */
+  if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
+  return ATTN_SDPA_MATH;
+}
+
+attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
+                                         int64_t ev, int need_weights, const char **why) {
+  return attn_sdpa_choose_kernel_for(requested, nb, lq, lk, e, ev, need_weights, 1, NULL, why);
+}
+
+int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts) {
+  if (!opts || !opts->enable_gqa || q->ndim < 3 || k->ndim < 3) return 1;
+  int64_t hq = q->size[q->ndim - 3], hkv = k->size[k->ndim - 3];
+  return hkv > 0 && hq >= hkv && hq % hkv == 0 ? hq / hkv : 1;
 }
 
 attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
@@ -509,8 +553,9 @@ attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const a
     return attn_sdpa_math(q, k, v, opts, out, weights);
   int64_t nb = attn_sizes_product(out->ndim > 2 ? out->ndim - 2 : 0, out->size);
   const char *why;
-  kernel = attn_sdpa_choose_kernel(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
-                                   v->size[v->ndim - 1], weights != NULL, &why);
+  kernel = attn_sdpa_choose_kernel_for(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
+                                       v->size[v->ndim - 1], weights != NULL, attn_sdpa_gqa_group_of(q, k, opts), opts,
+                                       &why);
   if (kernel == ATTN_SDPA_AUTO) return attn_fail(ATTN_EARG, "%s", why);
   return kernel == ATTN_SDPA_FLASH ? attn_sdpa_flash(q, k, v, opts, out) : attn_sdpa_math(q, k, v, opts, out, weights);
 }

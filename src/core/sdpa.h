@@ -291,7 +291,22 @@ const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights);
 attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
                                          int64_t ev, int need_weights, const char **why);
 
-/* Run kernel (MATH or FLASH; AUTO chooses as attn_sdpa_choose_kernel does)
+/* attn_sdpa_choose_kernel weighing the call's options too: AUTO also takes
+ * the fused kernel for decoding (gqa_group * Lq <= ATTN_FLASH_BQ query rows
+ * per kv head against more than one split-K chunk of keys) and where
+ * is_causal and the window leave at most a quarter of the pairs visible
+ * (with Lk > ATTN_FLASH_BK: its tiles are skipped). opts may be NULL;
+ * gqa_group: query heads per kv head (attn_sdpa_gqa_group_of), 1 without GQA.
+ * Both kernels run every option, so only need_weights limits the choice. */
+attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
+                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
+                                             const attn_sdpa_opts *opts, const char **why);
+
+/* Query heads per kv head of a call (Hq / Hkv with enable_gqa and dividing
+ * head counts, else 1: a bad call fails later, in the kernel's checks). */
+int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts);
+
+/* Run kernel (MATH or FLASH; AUTO chooses as attn_sdpa_choose_kernel_for does)
  * on the call: attn_sdpa_math or attn_sdpa_flash. ATTN_EARG when the kernel
  * cannot serve it (flash with weights). */
 attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
