@@ -15,7 +15,10 @@
  *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
  *     for each query block [i0, i0 + bq) that sees some of its keys (causal
  *     and window: blocks outside every row's visible range are skipped; a
- *     block is cut to the keys its rows see, attn_sdpa_rows_keys):
+ *     block is cut to the keys its rows see, attn_sdpa_rows_keys; a tile
+ *     that its rows see only in part, causal's diagonal, computes S, P, dW,
+ *     dS and dQ in steps of 32 rows each cut to the keys they see, and dV,
+ *     dK as one product over the tile, W and dS zero elsewhere):
  *       S0 = Qs_i K_j^T                                [bq, bk] (flash; math with softcap)
  *       S' = c tanh(S0 / c) (softcap c; else S' = S0)  kept as `capped`
  *       S  = S' + bias + ALiBi, mask and visible keys -> -inf   (flash only)
