@@ -3,7 +3,7 @@
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
 -- options_bwd (each variant's cost on A's flash forward + backward),
--- mha, tiny, tiny_train, decode, decode_gqa, window, train_gpt (default: all). Each attention case runs every kernel
+-- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -177,6 +177,31 @@ if wanted("window") then
     end, opts.reps)
     emit { case = "window", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = true, window = left,
            ms = ms, gflops = 4.0 * b * h * pairs * e / (ms * 1e6), visible_pairs = pairs }
+  end
+end
+
+-- block_sparse: B with a document block mask of 8 equal documents (block 128,
+-- attn.block_mask.document); vs_dense = ms / the same kernel's dense B in this
+-- run (1/8 is the ideal: 7/8 of the blocks are empty); build_ms: attn.block_mask
+if wanted("block_sparse") then
+  local b, h, n, e, docs = 1, 8, 4096, 64, 8
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local ids = {}
+  for i = 0, n - 1 do ids[#ids + 1] = i * docs // n end
+  local document = attn.block_mask.document(attn.tensor(ids))
+  local bm
+  local build_ms = best_ms("block_sparse build", function() bm = attn.block_mask(document, b, h, n, n) end, opts.reps)
+  for _, kernel in ipairs { "math", "flash" } do
+    local dense_ms = best_ms("block_sparse dense " .. kernel, function()
+      attn.scaled_dot_product_attention(q, k, v, { kernel = kernel })
+    end, opts.reps)
+    local ms = best_ms("block_sparse " .. kernel, function()
+      attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, block_mask = bm })
+    end, opts.reps)
+    emit { case = "block_sparse", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = false, docs = docs,
+           block = bm.block, sparsity = bm:sparsity(), ms = ms, dense_ms = dense_ms, vs_dense = ms / dense_ms,
+           build_ms = build_ms, gflops = 4.0 * b * h * n * n * e / (ms * 1e6) }
   end
 end
 

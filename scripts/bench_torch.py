@@ -11,7 +11,10 @@ forward and backward (dout = out, as bench.lua), `fwd_ms` its forward alone
 with recording on, gflops = 14*b*h*lq*lk*e / time (C_causal_bwd is left out,
 as C_causal: its [8, 16384, 16384] scores do not fit); `train_gpt` one training
 step (forward, cross entropy, backward, AdamW) of the book's GPTModel (vocab 256,
-context 128, emb 128, 4 heads, 4 layers, batch 16), with `tokens_per_s`. Not part of the tests.
+context 128, emb 128, 4 heads, 4 layers, batch 16), with `tokens_per_s`; `block_sparse`
+is B with the dense float mask of 8 equal documents (-inf across documents:
+1.13 has no block-sparse attention, so it computes every score), `vs_dense`
+against B in the same run. Not part of the tests.
 
 Warm-up: as in a long-running process, each case first runs until its time is
 stable (the last 3 calls within 5% of each other; at most 30 calls or 60 s),
@@ -139,7 +142,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="all",
                     help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, A_bwd, A_causal_bwd, B_bwd, "
-                    "mha, tiny, train_gpt (default: all)")
+                    "mha, tiny, block_sparse, train_gpt (default: all)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: OMP_NUM_THREADS, else every CPU, as bench.lua)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up; ms is the best")
@@ -147,7 +150,7 @@ def main():
     if a.reps < 1 or (a.threads is not None and a.threads < 1):
         ap.error("--reps and --threads expect positive integers")
     known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny",
-             "train_gpt"}
+             "block_sparse", "train_gpt"}
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want is not None and not want <= known:
         ap.error("unknown case(s) %s; known: %s" % (", ".join(sorted(want - known)), ", ".join(sorted(known))))
@@ -178,6 +181,17 @@ def main():
             emit(dict(case=name, kernel="torch_sdpa", b=b, h=h, lq=n, lk=n, e=e, causal=causal,
                       flops=4.0 * b * h * n * n * e), timing)
             del q, k, v
+        if wanted("block_sparse"):
+            b, h, n, e, docs = 1, 8, 4096, 64, 8
+            q, k, v = torch.randn(b, h, n, e), torch.randn(b, h, n, e), torch.randn(b, h, n, e)
+            ids = torch.arange(n) * docs // n
+            mask = torch.zeros(n, n).masked_fill(ids.view(n, 1) != ids.view(1, n), float("-inf"))
+            dense = best_ms(lambda: F._scaled_dot_product_attention(q, k, v, None, 0.0, False, False), a.reps)
+            timing = best_ms(lambda: F._scaled_dot_product_attention(q, k, v, mask, 0.0, False, False), a.reps)
+            emit(dict(case="block_sparse", kernel="torch_sdpa dense float mask", b=b, h=h, lq=n, lk=n, e=e,
+                      causal=False, docs=docs, dense_ms=dense["ms"], vs_dense=timing["ms"] / dense["ms"],
+                      flops=4.0 * b * h * n * n * e), timing)
+            del q, k, v, mask
         if wanted("mha"):
             b, n, d, h = 4, 1024, 768, 12
             shape = dict(b=b, h=h, lq=n, lk=n, e=d // h, causal=True, flops=4.0 * b * h * n * n * (d // h))

@@ -36,6 +36,7 @@ local inner = autograd.Function{
     ctx.enable_gqa, ctx.softcap = o.enable_gqa, o.softcap
     ctx.window = o.window and { o.window[1], o.window[2] } -- a copy: the caller's table may change
     ctx.kernel, ctx.draw, ctx.need_weights = kernel, draw, o.need_weights
+    ctx.block_mask = o.block_mask -- an attn.BlockMask is immutable: kept as is
     -- the public results: out[, weights][, lse]; the lse has no gradient
     if o.return_lse then ctx:mark_non_differentiable(r[r.n]) end
     return out, table.unpack(r, 5, r.n)
@@ -46,7 +47,8 @@ local inner = autograd.Function{
     local o = { mask = mask, bias = bias, is_causal = ctx.is_causal, scale = ctx.scale, dropout_p = ctx.dropout_p,
                 kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = need[4] == true,
                 dweights = ctx.need_weights and g_weights or nil, enable_gqa = ctx.enable_gqa,
-                window = ctx.window, alibi_slopes = slopes, softcap = ctx.softcap }
+                window = ctx.window, alibi_slopes = slopes, softcap = ctx.softcap,
+                block_mask = ctx.block_mask }
     local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
     return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
   end,
@@ -56,7 +58,7 @@ local inner = autograd.Function{
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
 -- weights output's own gradient, and the variants enable_gqa, window,
--- alibi_slopes and softcap; the slopes get no gradient).
+-- alibi_slopes, softcap and block_mask; the slopes get no gradient).
 function M.scaled_dot_product_attention(...)
   local n = select("#", ...)
   local q, k, v, opts = ...

@@ -511,7 +511,7 @@ local INPLACE = table_names({ binary = true, comparison = true, unary = true }, 
 -- sum, mean, max, min, then argmax, argmin
 local REDUCTIONS = table_names { reduction = true }
 for _, name in ipairs(table_names({ reduction = true }, "index_name")) do REDUCTIONS[#REDUCTIONS + 1] = name end
-local LUA_OPERATORS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __pow = "^", __unm = "-" }
+local LUA_OPERATORS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __pow = "^", __unm = "-", __mod = "%", __idiv = "//" }
 local BINARY_OPERATORS, OPERATOR_OF = {}, {} -- "add", ...; add = "+", ...
 for _, e in ipairs(TABLE_OPS) do
   if e.operator and e.arity == 2 then

@@ -15,10 +15,10 @@ static const char *const SIMPLE = "attn.simple_attention";
 
 static const char *const option_names[] = {"mask",         "bias",       "is_causal",  "scale",
                                            "dropout_p",    "need_weights", "kernel",   "return_lse",
-                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", NULL};
+                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", "block_mask", NULL};
 #define OPTION_LIST                                                                                     \
   "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse, enable_gqa, window, " \
-  "alibi_slopes, softcap"
+  "alibi_slopes, softcap, block_mask"
 
 /* Every key of the opts table at arg must be a known option name. */
 static void check_option_keys(lua_State *L, int arg) {
@@ -195,6 +195,7 @@ static int l_sdpa(lua_State *L) {
     need_weights = bool_option(L, 4, "need_weights");
     return_lse = bool_option(L, 4, "return_lse");
     attnL_sdpa_variant_options(L, 4, SDPA, &o); /* alibi_slopes stays on the stack */
+    o.block_mask = attnL_block_mask_option(L, 4, SDPA); /* stays on the stack */
     scale = number_option(L, 4, "scale", &have_scale);
     /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {

@@ -4,7 +4,7 @@
  *
  *   out, saved, kernel, draw[, weights][, lse] = sdpa_forward(q, k, v[, opts[, fname]])
  *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse and
- *     the variants (enable_gqa, window, alibi_slopes, softcap) as
+ *     the variants (enable_gqa, window, alibi_slopes, softcap, block_mask) as
  *     attn.scaled_dot_product_attention's; kernel is the one that ran ("math"
  *     or "flash"); saved is what its backward needs: the softmax before
  *     dropout [B..., Lq, Lk] (math) or the log-sum-exp [B..., Lq] (flash);
@@ -12,7 +12,7 @@
  *     (need_weights) are the weights after dropout, as the public function's.
  *     fname (a string) names the function in error messages.
  *   dq, dk, dv, dbias = sdpa_backward(dout, q, k, v, out, saved, opts)
- *     opts: the forward's mask, bias, is_causal, scale, dropout_p and variants, plus
+ *     opts: the forward's mask, bias, is_causal, scale, dropout_p and variants (block_mask too), plus
  *     kernel (required: what sdpa_forward returned), dropout_draw (its draw)
  *     bias_grad (default true: false skips dbias) and dweights (math only:
  *     the gradient of the weights output, [B..., Lq, Lk]). dq, dk, dv have the
@@ -65,10 +65,10 @@ typedef struct parsed_opts {
 
 static const char *const fwd_names[] = {"mask",       "bias",         "is_causal", "scale",      "dropout_p",
                                         "need_weights", "kernel",     "return_lse", "enable_gqa", "window",
-                                        "alibi_slopes", "softcap",    NULL};
+                                        "alibi_slopes", "softcap",    "block_mask", NULL};
 static const char *const bwd_names[] = {"mask",       "bias",       "is_causal", "scale",        "dropout_p",
                                         "kernel",     "dropout_draw", "bias_grad", "dweights",   "enable_gqa",
-                                        "window",     "alibi_slopes", "softcap",   NULL};
+                                        "window",     "alibi_slopes", "softcap",   "block_mask", NULL};
 
 static void check_keys(lua_State *L, int arg, const char *fname, const char *const *names) {
   lua_pushnil(L);
@@ -142,6 +142,7 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
     po->o.mask = tensor_field(L, arg, fname, "mask");
     po->o.bias = tensor_field(L, arg, fname, "bias");
     po->o.is_causal = bool_field(L, arg, fname, "is_causal", 0);
+    po->o.block_mask = attnL_block_mask_option(L, arg, fname); /* stays on the stack */
     scale = number_field(L, arg, fname, "scale", &have_scale);
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
       char got[80];

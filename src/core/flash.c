@@ -13,7 +13,9 @@
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
  *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0, within the
  *   keys some row of the item sees (causal: blocks wholly above the diagonal
- *   are never visited):
+ *   are never visited; a block mask: cut to the span of its blocks that are
+ *   not empty for the item's rows, a tile with none is never visited, and
+ *   its full blocks cost no mask work in attn_sdpa_modify_tile):
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
  *     St += bias^T, hidden or outside the row's visible keys -> -inf; a
  *       block that some rows see only in part (causal: one that crosses the
@@ -156,17 +158,23 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   attn_key_range seen = attn_sdpa_rows_keys(p, r0, rows), common = attn_sdpa_common_keys(p, r0, rows);
   for (int64_t k0 = seen.begin; k0 < seen.end; k0 += BK) {
     int64_t bk = seen.end - k0 < BK ? seen.end - k0 : BK;
-    if (k0 < common.begin || k0 + bk > common.end) {
+    /* a block mask's empty blocks are never visited: the tile is cut to the
+     * span of blocks that some of its rows may see (none: skipped) */
+    attn_key_range tk = attn_sdpa_block_keys(p, &t.sl, r0, rows, k0, k0 + bk);
+    if (tk.end <= tk.begin) continue;
+    if (tk.begin < common.begin || tk.end > common.end) {
       /* a block that some rows see only in part (causal: it crosses the
        * diagonal): each group of 16 rows visits only the keys it sees
        * (scores, softmax and P V), instead of the whole rectangle cut after */
       for (int64_t g = 0; g < rows; g += MR) {
-        attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g, rows - g < MR ? rows - g : MR);
-        int64_t kb = gk.begin > k0 ? gk.begin : k0, ke = gk.end < k0 + bk ? gk.end : k0 + bk;
-        if (ke > kb) key_step(c, &t, g, MR, kb, ke - kb); /* else the group sees none: nothing changes */
+        int64_t gn = rows - g < MR ? rows - g : MR;
+        attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g, gn);
+        int64_t kb = gk.begin > tk.begin ? gk.begin : tk.begin, ke = gk.end < tk.end ? gk.end : tk.end;
+        attn_key_range gb = attn_sdpa_block_keys(p, &t.sl, r0 + g, gn, kb, ke > kb ? ke : kb);
+        if (gb.end > gb.begin) key_step(c, &t, g, MR, gb.begin, gb.end - gb.begin); /* else nothing changes */
       }
     } else {
-      key_step(c, &t, 0, rows_p, k0, bk);
+      key_step(c, &t, 0, rows_p, tk.begin, tk.end - tk.begin);
     }
   }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */

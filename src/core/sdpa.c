@@ -155,6 +155,19 @@ static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_probl
     if (st != ATTN_OK) return st;
     p->has_alibi = 1;
   }
+  const attn_block_mask *bm = opts->block_mask;
+  if (bm) {
+    /* its B and H are the batch's last two dims (1 broadcasts; a missing dim is 1) */
+    int nb = p->nbatch;
+    int64_t cb = nb >= 2 ? p->batch[nb - 2] : 1, ch = nb >= 1 ? p->batch[nb - 1] : 1;
+    if ((bm->b != 1 && bm->b != cb) || (bm->h != 1 && bm->h != ch) || bm->lq != p->lq || bm->lk != p->lk)
+      return attn_fail(ATTN_ESHAPE,
+                       "block_mask was built for B %lld, H %lld, Lq %lld, Lk %lld, but the call has B %lld, H %lld "
+                       "(q's dims -4 and -3), Lq %lld, Lk %lld (a B or H of 1 broadcasts)",
+                       (long long)bm->b, (long long)bm->h, (long long)bm->lq, (long long)bm->lk, (long long)cb,
+                       (long long)ch, (long long)p->lq, (long long)p->lk);
+    p->block_mask = bm;
+  }
   return ATTN_OK;
 }
 
@@ -294,6 +307,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->has_alibi = 0;
   p->softcap = 0.0f;
   p->probs = NULL;
+  p->block_mask = NULL;
 }
 
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -339,6 +353,14 @@ void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice 
     s->v += kvh * p->v_head_stride;
   }
   s->alibi_slope = p->has_alibi ? p->alibi.data[slice_offset(p, &p->alibi, bi)] : 0.0f;
+  s->blocks.kind = NULL, s->blocks.partial = NULL;
+  const attn_block_mask *bm = p->block_mask;
+  if (bm) { /* pattern (b, h) of the batch's last two dims; stored once when the same for all */
+    int nb = p->nbatch;
+    int64_t h = nb >= 1 ? bi % p->batch[nb - 1] : 0;
+    int64_t b = nb >= 2 ? bi / p->batch[nb - 1] % p->batch[nb - 2] : 0;
+    s->blocks = attn_block_mask_pattern(bm, (bm->sb == 1 ? 0 : b) * bm->sh + (bm->sh == 1 ? 0 : h));
+  }
   s->mask = p->has_mask ? p->mask.data + slice_offset(p, &p->mask, bi) : NULL;
   s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
 }

@@ -357,6 +357,10 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
   attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows), all = attn_sdpa_common_keys(p, i0, rows);
   int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
   if (ke <= kb) return;
+  /* a block mask's empty blocks are skipped as in the forward (P = 0 there) */
+  attn_key_range vis = attn_sdpa_block_keys(p, &t->sl, i0, rows, kb, ke);
+  kb = vis.begin, ke = vis.end;
+  if (ke <= kb) return;
   int64_t kn = ke - kb;
   const float *wt;
   int64_t ldw;
