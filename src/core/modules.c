@@ -14,7 +14,10 @@
  *  - everything else: one sgemm per projection (the heads are strided views
  *    of its output, no copy), the attention kernel that kernel = "auto"
  *    picks (attn_sdpa_run: the core's one choice), one transpose of the
- *    context and out_proj. */
+ *    context and out_proj. The training forward
+ *    (attn_self_attention_forward_saving) runs the same steps into the
+ *    caller's buffers and keeps the attention's softmax or log-sum-exp, so
+ *    the backward recomputes nothing. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>

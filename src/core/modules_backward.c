@@ -1,10 +1,14 @@
 /* Backward of the fused self-attention module forward (see
  * modules_backward.h). With rows = B n, D = d_out, h heads of hd = D / h:
- *   QKV = x [Wq; Wk; Wv]^T + [bq, bk, bv]        [rows, 3D]   (recomputed)
+ *   QKV = x [Wq; Wk; Wv]^T + [bq, bk, bv]        [rows, 3D]
  *   O   = attention of the head views of Q, K, V [B, h, n, hd] keeping P
  *         (math: the softmax; flash: the log-sum-exp), the forward's kernel
  *         choice (attn_sdpa_choose_kernel) and dropout draw
  *   C   = O as [rows, D] (heads side by side)
+ *   QKV, O, P and C are what the training forward kept
+ *   (attn_self_attention_forward_saving: the recorded module forward), or
+ *   are recomputed here (a tiny call, or a caller that kept nothing): keeping
+ *   them took train_gpt's step from 216 to 188 ms of CPU on one thread.
  *   with out_proj: dWo = dout^T C [D, D], dbo = colsum dout, dC = dout Wo;
  *   else dC = dout
  *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views)
