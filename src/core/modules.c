@@ -157,15 +157,15 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   int need_ctx = !s && (m->wo || h > 1);
   size_t bytes = (size_t)rows * (size_t)d_out * sizeof(float);
   float *qp, *kp, *vp, *ctx;
-  if (s) {
+  if (s) { /* the caller's buffers (checked non-NULL by forward) */
     qp = s->qkv, kp = qp + rows * d_out, vp = kp + rows * d_out, ctx = s->o;
   } else {
     qp = malloc(bytes), kp = malloc(bytes), vp = malloc(bytes), ctx = need_ctx ? malloc(bytes) : out->data;
-  }
-  if (!qp || !kp || !vp || !ctx) {
-    free(qp), free(kp), free(vp);
-    if (need_ctx) free(ctx);
-    return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+    if (!qp || !kp || !vp || !ctx) {
+      free(qp), free(kp), free(vp);
+      if (need_ctx) free(ctx);
+      return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+    }
   }
   linear_blas(x->data, rows, d_in, m->wq, m->bq, qp, d_out, d_out);
   linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
