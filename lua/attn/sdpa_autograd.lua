@@ -89,19 +89,20 @@ M.fused_attention = autograd.Function{
   raw = fused_forward,
   forward = function(ctx, ...)
     local a = table.pack(...)
-    a[17] = true -- and the dropout draw
-    local out, draw = fused_forward(table.unpack(a, 1, 17))
+    a[17], a[18] = true, true -- and the dropout draw, and the state the backward needs (not recomputed there)
+    local out, draw, qkv, o, c, saved, kernel = fused_forward(table.unpack(a, 1, 18))
     if out == nil then return nil end
-    a[17], a.n = nil, 16
-    ctx.args, ctx.draw = a, draw
-    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16])
+    a[17], a[18], a.n = nil, nil, 16
+    ctx.args, ctx.draw, ctx.kernel = a, draw, kernel
+    -- the state is saved with the inputs, so the engine frees it with them after the backward
+    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], qkv, o, c, saved)
     return out
   end,
   backward = function(ctx, g)
-    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask = ctx:saved()
+    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved = ctx:saved()
     local a = ctx.args
     local r = table.pack(fused_backward(x, a[2], a[3], a[4], a[5], a[6], a[7], wq, bq, wk, bk, wv, bv, wo, bo, mask,
-      g, ctx.draw))
+      g, ctx.draw, qkv, o, c, saved, ctx.kernel))
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
     local grads, need = { r[1] }, ctx.needs_input_grad
     for i, arg in ipairs(PARAM_ARGS) do

@@ -60,30 +60,60 @@ typedef struct sdpa_ctx {
   size_t off_kp, off_vp, off_s, off_f;
 } sdpa_ctx;
 
+/* The row's max, or its first NaN: eight independent running maxima (a
+ * chain the compiler can keep in vector registers, where one max with a NaN
+ * test per element was a branchy serial chain), NaN found by a separate OR;
+ * only a row holding a NaN is walked again for the first one. The order of
+ * the maxima does not matter: the max of floats is exact, and a -0 against a
+ * +0 gives the same exp(s - max) and lse. */
+static float row_max(const float *s, int64_t lk) {
+  float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int nan = 0;
+  int64_t j = 0;
+  for (; j + 8 <= lk; j += 8)
+    for (int l = 0; l < 8; l++) {
+      float v = s[j + l];
+      nan |= v != v;
+      m[l] = v > m[l] ? v : m[l];
+    }
+  for (; j < lk; j++) {
+    nan |= s[j] != s[j];
+    m[0] = s[j] > m[0] ? s[j] : m[0];
+  }
+  if (nan)
+    for (j = 0; j < lk; j++)
+      if (s[j] != s[j]) return s[j];
+  float mx = m[0];
+  for (int l = 1; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
+  return mx;
+}
+
 int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < lk; j++) {
-    if (s[j] > mx || s[j] != s[j]) mx = s[j];
-    if (mx != mx) break;
-  }
+  /* hidden keys at the end of the row (the causal mask's) are exp(-inf) = 0
+   * and add 0 to the sum: they are zeroed, not computed (the same bits) */
+  int64_t visible = lk;
+  while (visible > 0 && s[visible - 1] == -INFINITY) visible--;
+  float mx = row_max(s, visible);
+  if (mx != mx) visible = lk; /* NaN everywhere, the hidden keys' too */
   if (mx == -INFINITY) { /* every key hidden (or no key): zeros, not NaN */
     memset(s, 0, (size_t)lk * sizeof(float));
     if (lse) *lse = -INFINITY;
     return 1;
   }
+  memset(s + visible, 0, (size_t)(lk - visible) * sizeof(float));
   double sum = 0.0;
-  for (int64_t j = 0; j < lk; j++) {
-    float x = expf(s[j] - mx);
+  for (int64_t j = 0; j < visible; j++) {
+    float x = s[j] == -INFINITY && mx == mx ? 0.0f : expf(s[j] - mx); /* exp(-inf - max) = 0 unless max is NaN */
     s[j] = x;
     sum += (double)x;
   }
   if (lse) *lse = attn_sdpa_lse_of(mx, sum);
   float inv = (float)(1.0 / sum);
-  for (int64_t j = 0; j < lk; j++) s[j] *= inv;
+  for (int64_t j = 0; j < visible; j++) s[j] *= inv;
   if (dropout_p > 0.0) {
     attn_dropout_factors(dropout_draw, dropout_p, position, lk, f);
-    for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
+    for (int64_t j = 0; j < visible; j++) s[j] *= f[j];
   }
   return 0;
 }

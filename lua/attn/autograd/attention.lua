@@ -21,7 +21,7 @@ M.linear_recorded = autograd.Function{
   name = linear_name, fname = "attn.nn.functional.linear",
   forward = function(ctx, x, w, b)
     local y = raw.matmul(x, raw.t(w))
-    if b then y = raw.add(y, b) end
+    if b then raw.add_(y, b) end -- in place: y is this call's own (the bits of y + b, one activation less)
     b = b or nil
     ctx:save_for_backward(x, w)
     ctx.has_bias = b and true or false
