@@ -70,6 +70,22 @@
 
 const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
 
+int attn_flash_tile_layout(attn_flash_tile *t, size_t *block, int64_t e, int64_t ev) {
+  int ok = attn_sdpa_add_floats(block, e, BQ); /* qt */
+  t->s = *block;
+  ok = ok && attn_sdpa_add_floats(block, BK, BQ);
+  t->o = *block;
+  ok = ok && attn_sdpa_add_floats(block, ev, BQ);
+  t->m = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->l = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->a = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->f = *block;
+  return ok && attn_sdpa_add_floats(block, BK, 1);
+}
+
 /* ---------------------------------------------------------------- context */
 
 typedef struct flash_ctx {
@@ -77,7 +93,7 @@ typedef struct flash_ctx {
   const attn_flash_kernels *kr;    /* the instruction set's micro-kernel and softmax step */
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f; /* offsets in the per-thread scratch, in floats */
+  attn_flash_tile off;             /* the per-thread scratch's layout */
 } flash_ctx;
 
 /* One work item's state: its slice, its rows and its scratch tiles. */
@@ -133,12 +149,12 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   int64_t r0 = t.r0, rows = t.rows;
   int64_t rows_p = (rows + MR - 1) / MR * MR; /* padded rows: zero queries, never written out */
   t.qt = w;
-  t.st = w + c->off_s;
-  t.ot = w + c->off_o;
-  t.m = w + c->off_m;
-  t.l = w + c->off_l;
-  t.a = w + c->off_a;
-  t.f = w + c->off_f;
+  t.st = w + c->off.s;
+  t.ot = w + c->off.o;
+  t.m = w + c->off.m;
+  t.l = w + c->off.l;
+  t.a = w + c->off.a;
+  t.f = w + c->off.f;
 
   attn_sdpa_load_q(p, &t.sl, r0, rows, t.qt, 1, BQ);
   for (int64_t d = 0; d < e; d++)
@@ -208,22 +224,9 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   /* a few query rows against many keys: split across the keys (src/core/flash_decode.c) */
   if (attn_flash_decode_applies(&c.p)) return attn_flash_decode(&c.p, out);
 
-  /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, c.p.e, BQ);
-  c.off_s = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
-  c.off_o = block;
-  ok = ok && attn_sdpa_add_floats(&block, c.p.ev, BQ);
-  c.off_m = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_l = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_a = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_f = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  int ok = attn_flash_tile_layout(&c.off, &block, c.p.e, c.p.ev);
   attn_sdpa_work work;
   if ((st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work)) != ATTN_OK) return st;
 

@@ -74,7 +74,8 @@ typedef struct decode_ctx {
   const attn_flash_kernels *kr;
   int64_t g, rows, rows_p, nchunk; /* heads per group, stacked rows R, padded, chunks per group */
   int row_wise;                    /* run_chunk_rows (few rows) instead of run_chunk */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f, off_kp, off_vp;
+  attn_flash_tile off;             /* the flash forward's per-thread scratch (flash.h) */
+  size_t off_kp, off_vp;           /* then packed K and V blocks */
   float *partial;                  /* [groups * nchunk][R][Ev + 2]: m, l, Ot row */
 } decode_ctx;
 
@@ -97,8 +98,8 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
   int64_t gi = item / c->nchunk, ci = item % c->nchunk;
   int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows, rows_p = c->rows_p;
-  float *qt = w, *st = w + c->off_s, *ot = w + c->off_o, *m = w + c->off_m, *l = w + c->off_l, *a = w + c->off_a,
-        *f = w + c->off_f;
+  float *qt = w, *st = w + c->off.s, *ot = w + c->off.o, *m = w + c->off.m, *l = w + c->off.l, *a = w + c->off.a,
+        *f = w + c->off.f;
   attn_sdpa_slice sl[BQ];
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_slice_at(p, gi * g + hh, &sl[hh]);
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_load_q(p, &sl[hh], 0, lq, qt + hh * lq, 1, BQ);
@@ -175,8 +176,8 @@ static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
   int64_t gi = item / c->nchunk, ci = item % c->nchunk;
   int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows;
-  float *qr = w, *s = w + c->off_s, *o = w + c->off_o, *m = w + c->off_m, *l = w + c->off_l, *a = w + c->off_a,
-        *f = w + c->off_f;
+  float *qr = w, *s = w + c->off.s, *o = w + c->off.o, *m = w + c->off.m, *l = w + c->off.l, *a = w + c->off.a,
+        *f = w + c->off.f;
   attn_sdpa_slice sl[ROW_WISE_MAX];
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_slice_at(p, gi * g + hh, &sl[hh]);
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_load_q(p, &sl[hh], 0, lq, qr + hh * lq * e, e, 1);
@@ -259,21 +260,8 @@ attn_status attn_flash_decode(const attn_sdpa_problem *p, attn_tensor *out) {
   c.row_wise = c.rows <= ROW_WISE_MAX && p->e > 0;
   int64_t nb = attn_sizes_product(p->nbatch, p->batch), ngroups = nb / c.g;
 
-  /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, p->e, BQ);
-  c.off_s = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
-  c.off_o = block;
-  ok = ok && attn_sdpa_add_floats(&block, p->ev, BQ);
-  c.off_m = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_l = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_a = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_f = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  int ok = attn_flash_tile_layout(&c.off, &block, p->e, p->ev);
   c.off_kp = block; /* packed K and V blocks [BK, E], [BK, Ev] (row-wise path, strided K or V) */
   ok = ok && attn_sdpa_add_floats(&block, BK, p->e);
   c.off_vp = block;
