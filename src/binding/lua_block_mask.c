@@ -206,6 +206,7 @@ static int64_t position(lua_State *L, float x, int64_t limit, const char *fname)
 
 /* The mask function at idx on the call's positions into vis [n, m]. */
 static void call_fn(lua_State *L, const call_args *a, int idx, uint8_t *vis) {
+  luaL_checkstack(L, 8, "nested block mask functions"); /* 2 slots per and_/or_ level, 64 levels */
   idx = lua_absindex(L, idx);
   mask_fn *f = test_fn(L, idx);
   int64_t n = a->n, m = a->m, sq = a->q->stride[0], sk = a->k->stride[1];
@@ -348,6 +349,7 @@ static void eval_lua(lua_State *L, build *bd, int idx, uint8_t *vis) {
 /* The mask function at idx (a MaskFn or a Lua function) on the block in
  * hand, into scratch buffer `level` (its operands use the levels above). */
 static void eval_fn(lua_State *L, build *bd, int idx, int level) {
+  luaL_checkstack(L, 8, "nested block mask functions"); /* 2 slots per and_/or_ level, 64 levels */
   idx = lua_absindex(L, idx);
   uint8_t *vis = bd->scratch + level * bd->bb;
   int64_t ld = bd->m->pcol;
@@ -376,6 +378,7 @@ static void eval_fn(lua_State *L, build *bd, int idx, int level) {
 
 /* The ids a document mask (anywhere in the tree at idx) needs: max(Lq, Lk). */
 static void check_ids(lua_State *L, int idx, int64_t need) {
+  luaL_checkstack(L, 4, "nested block mask functions");
   idx = lua_absindex(L, idx);
   mask_fn *f = test_fn(L, idx);
   if (!f) return;

@@ -308,13 +308,15 @@ static int l_sdpa_backward(lua_State *L) {
   attn_sdpa_grads g = {NULL, NULL, NULL, NULL};
   want[ndim - 2] = lq, want[ndim - 1] = e;
   g.dq = push_grad(L, q, ndim, want);
-  /* dk, dv: one per kv head (enable_gqa: the group's query heads summed in the core) */
-  if (po.o.enable_gqa) want[ndim - 3] = k->size[k->ndim - 3];
+  /* dk, dv: one per kv head (enable_gqa: the group's query heads summed in the
+   * core; a group of 1 is plain attention, its gradients broadcast as q's) */
+  int gqa = po.o.enable_gqa && q->size[q->ndim - 3] > k->size[k->ndim - 3];
+  if (gqa) want[ndim - 3] = k->size[k->ndim - 3];
   want[ndim - 2] = lk;
   g.dk = push_grad(L, k, ndim, want);
   want[ndim - 1] = ev;
   g.dv = push_grad(L, v, ndim, want);
-  if (po.o.enable_gqa) want[ndim - 3] = size[ndim - 3];
+  if (gqa) want[ndim - 3] = size[ndim - 3];
   if (po.o.bias && po.bias_grad) {
     want[ndim - 2] = lq, want[ndim - 1] = lk;
     g.dbias = push_grad(L, po.o.bias, ndim, want);

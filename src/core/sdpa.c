@@ -200,7 +200,10 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
     if (sg != ATTN_OK) return sg;
   }
   const attn_tensor *k_real = k, *v_real = v;
-  if (opts->enable_gqa) k = &kg, v = &vg;
+  /* a group of 1 is plain attention: q's head dim may then be 1 broadcast by
+   * the mask or bias beyond k's, and the kv head is no function of the batch's head */
+  int gqa = opts->enable_gqa && group > 1;
+  if (gqa) k = &kg, v = &vg;
   attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
@@ -228,7 +231,7 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
   p->dropout_p = opts->dropout_p;
   p->dropout_draw = opts->dropout_draw;
   p->gqa_group = group;
-  if (opts->enable_gqa) {
+  if (gqa) {
     p->k_head_stride = k_real->stride[k_real->ndim - 3];
     p->v_head_stride = v_real->stride[v_real->ndim - 3];
   }
