@@ -71,8 +71,11 @@ PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline g
 all: $(SO) $(LUAOUT)
 
 # Install missing Debian packages: as root with apt-get, else with sudo, else say which.
+# (With a second architecture added, dpkg -s of a package installed for both
+# is ambiguous and fails: ask for the native one then.)
 deps:
-	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@arch=$$(dpkg --print-architecture); missing=""; for p in $(PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || dpkg -s $$p:$$arch >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "attn: installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

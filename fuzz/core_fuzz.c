@@ -18,6 +18,7 @@
 #include "npy.h"
 #include "ops.h"
 #include "rng.h"
+#include "sdpa_backward.h"
 #include "tensor.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -335,8 +336,90 @@ static void fuzz_matmul(reader *r, arena *a) {
   attn_matmul(&ta, &tb, &out);
 }
 
-/* q [B.., Lq, E], k [B'.., Lk, E], v [B''.., Lk, Ev], mask and bias broadcast to the scores. */
-static void fuzz_sdpa(reader *r, arena *a, int flash) {
+/* A block mask for about (b, h, lq, lk) (sometimes other sizes): built-ins,
+ * random bytes (as a Lua fn's) or a mix, any block size, one pattern or one
+ * per (b, h). Left empty (nothing to free) when init refuses the sizes. */
+static void make_block_mask(reader *r, int64_t b, int64_t h, int64_t lq, int64_t lk, attn_block_mask *m) {
+  uint8_t how = u8(r);
+  if (how % 8 == 0) b += 1 + u8(r) % 2;
+  if (how % 8 == 1) lq += 1;
+  if (how % 8 == 2) lk = u8(r) % 4;
+  if (how & 8) b = 1;
+  if (how & 16) h = 1;
+  int64_t block = u8(r) % 4 ? 1 + u8(r) % 70 : (int64_t)u32(r) % 5000 - 10; /* sometimes out of range */
+  int per_bh = (how & 32) != 0;
+  if (attn_block_mask_init(m, b, h, lq, lk, block, per_bh ? b : 1, per_bh ? h : 1) != ATTN_OK) return;
+  float ids[512];
+  int64_t nid = lq > lk ? lq : lk;
+  for (int64_t i = 0; i < nid && i < 512; i++) ids[i] = (float)(i / (1 + u8(r) % 9));
+  if (nid > 512) return; /* the harness's lengths stay below */
+  uint8_t *vis = malloc((size_t)(2 * m->prow * m->pcol)), *other = vis + m->prow * m->pcol;
+  if (!vis) abort();
+  int64_t w = 1 + u8(r) % 9;
+  for (int64_t pat = 0; pat < m->sb * m->sh; pat++)
+    for (int64_t qb = 0; qb < m->nqb; qb++)
+      for (int64_t kb = 0; kb < m->nkb; kb++) {
+        int64_t i0, ni, j0, nj;
+        attn_block_mask_extent(m, qb, kb, &i0, &ni, &j0, &nj);
+        uint8_t fn = u8(r) % 6;
+        if (fn == 0) attn_mask_causal(i0, ni, j0, nj, vis, m->pcol);
+        else if (fn == 1) attn_mask_sliding_window(w, i0, ni, j0, nj, vis, m->pcol);
+        else if (fn == 2) attn_mask_document(ids, i0, ni, j0, nj, vis, m->pcol);
+        else if (fn == 3) memset(vis, 0, (size_t)(m->prow * m->pcol));
+        else { /* random bytes, as a Lua fn may return: mostly a pattern, sometimes every bit drawn */
+          uint32_t bits = u32(r);
+          for (int64_t x = 0; x < ni; x++)
+            for (int64_t y = 0; y < nj; y++) vis[x * m->pcol + y] = (uint8_t)(bits >> ((x * 7 + y) % 32) & 1);
+        }
+        if (fn == 5) { /* and_/or_ with causal */
+          attn_mask_causal(i0, ni, j0, nj, other, m->pcol);
+          attn_mask_combine(u8(r) & 1, ni, nj, vis, other, m->pcol);
+        }
+        if (attn_block_mask_set(m, pat, qb, kb, vis, m->pcol) != ATTN_OK) break;
+      }
+  free(vis);
+}
+
+/* The backward of the call the forward just ran (saved: probs or lse), with
+ * dout drawn from the input, gradients of the expanded shapes (sometimes
+ * one of the wrong shape). */
+static void fuzz_sdpa_backward(reader *r, arena *a, int flash, const attn_tensor *q, const attn_tensor *k,
+                               const attn_tensor *v, const attn_sdpa_opts *fwd, const attn_tensor *out,
+                               const attn_tensor *saved) {
+  attn_sdpa_problem p;
+  attn_sdpa_opts o = *fwd;
+  o.lse = NULL, o.probs = NULL;
+  if (attn_sdpa_describe(q, k, v, &o, &p) != ATTN_OK) return;
+  int nb = p.nbatch;
+  int64_t sq[ATTN_MAX_DIMS], skv[ATTN_MAX_DIMS], sv[ATTN_MAX_DIMS], sbias[ATTN_MAX_DIMS];
+  memcpy(sq, p.batch, sizeof sq);
+  memcpy(skv, p.batch, sizeof skv);
+  if (nb >= 1 && p.gqa_group > 1) skv[nb - 1] = p.batch[nb - 1] / p.gqa_group;
+  memcpy(sv, skv, sizeof sv);
+  memcpy(sbias, p.batch, sizeof sbias);
+  sq[nb] = p.lq, sq[nb + 1] = p.e;
+  skv[nb] = p.lk, skv[nb + 1] = p.e;
+  sv[nb] = p.lk, sv[nb + 1] = p.ev;
+  sbias[nb] = p.lq, sbias[nb + 1] = p.lk;
+  uint8_t wrong = u8(r);
+  if (wrong < 8) sq[wrong % (nb + 2)] += 1;
+  else if (wrong < 16) skv[wrong % (nb + 2)] += 1;
+  attn_tensor dout, dq, dk, dv, dbias;
+  if (!make_tensor(r, a, out->ndim, out->size, &dout) || !make_out(a, nb + 2, sq, &dq) ||
+      !make_out(a, nb + 2, skv, &dk) || !make_out(a, nb + 2, sv, &dv))
+    return;
+  attn_sdpa_grads g = {&dq, &dk, &dv, NULL};
+  if (o.bias) {
+    if (!make_out(a, nb + 2, sbias, &dbias)) return;
+    g.dbias = &dbias;
+  }
+  attn_sdpa_backward(flash ? ATTN_SDPA_FLASH : ATTN_SDPA_MATH, q, k, v, &o, out, &dout, saved, NULL, &g);
+}
+
+/* q [B.., Lq, E], k [B'.., Lk, E], v [B''.., Lk, Ev], mask and bias broadcast
+ * to the scores; the variants (enable_gqa, window, alibi_slopes, softcap, a
+ * block mask, the lse) at random, then sometimes the backward. */
+static void fuzz_sdpa_with(reader *r, arena *a, int flash, attn_block_mask *bm) {
   int64_t batch[2] = {small_size(r) % 3, small_size(r) % 4};
   int nbd = u8(r) % 3;
   int64_t lq = small_size(r), lk = small_size(r), e = small_size(r), ev = small_size(r);
@@ -346,6 +429,10 @@ static void fuzz_sdpa(reader *r, arena *a, int flash) {
   if (longer % 32 == 2) lk = 0;
   int64_t sq[ATTN_MAX_DIMS], sk[ATTN_MAX_DIMS], sv[ATTN_MAX_DIMS], ss[ATTN_MAX_DIMS];
   for (int d = 0; d < nbd; d++) sq[d] = sk[d] = sv[d] = ss[d] = batch[d];
+  uint8_t variants = u8(r);
+  if (variants & 1) { /* enable_gqa: g query heads per kv head (or none to share: refused) */
+    if (nbd >= 1) sq[nbd - 1] = ss[nbd - 1] = batch[nbd - 1] * (1 + u8(r) % 3) + (u8(r) < 16);
+  }
   sq[nbd] = lq, sq[nbd + 1] = e;
   sk[nbd] = lk, sk[nbd + 1] = e;
   sv[nbd] = lk, sv[nbd + 1] = ev;
@@ -374,28 +461,68 @@ static void fuzz_sdpa(reader *r, arena *a, int flash) {
   }
   if (flags & 8) {
     o.dropout_p = flags & 16 ? dval(r) : (double)(u8(r) % 100) / 100.0;
-    o.dropout_draw = u32(r);
+    o.dropout_draw.mkl = u32(r); /* the MKL stream (keep NULL): one draw per call */
+  }
+  attn_tensor slopes, lse, probs;
+  if (variants & 1) o.enable_gqa = 1;
+  if (variants & 2) {
+    static const int64_t sides[] = {-1, 0, 1, 2, 5, 70, -2, INT64_MAX, INT64_MIN, (int64_t)1 << 40, -1, 0};
+    o.has_window = 1;
+    o.window_left = sides[u8(r) % 12], o.window_right = sides[u8(r) % 12];
+  }
+  if (variants & 4) { /* [H] or [B, H] (q's dims -3, -4), or a broken shape */
+    int64_t ssl[2] = {nbd >= 2 ? sq[0] : 1, nbd >= 1 ? sq[nbd - 1] : 1};
+    int nsl = 1 + u8(r) % 2;
+    if (nsl == 1) ssl[0] = ssl[1];
+    if (u8(r) < 24) ssl[u8(r) % 2] += 1;
+    if (!make_tensor(r, a, nsl, ssl, &slopes)) return;
+    o.alibi_slopes = &slopes;
+  }
+  if (variants & 8) o.softcap = u8(r) % 2 ? (float)(1 + u8(r) % 50) : fval(r);
+  if (variants & 16) {
+    make_block_mask(r, nbd >= 2 ? sq[0] : 1, nbd >= 1 ? sq[nbd - 1] : 1, lq, lk, bm);
+    if (bm->kind) o.block_mask = bm;
   }
   int ondim;
   int64_t osize[ATTN_MAX_DIMS];
-  if (attn_sdpa_shape(&q, &k, &v, o.mask, o.bias, &ondim, osize) != ATTN_OK) {
+  if (o.enable_gqa ? attn_sdpa_out_shape(&q, &k, &v, &o, &ondim, osize) != ATTN_OK
+                   : attn_sdpa_shape(&q, &k, &v, o.mask, o.bias, &ondim, osize) != ATTN_OK) {
     ondim = nbd + 2;
     memcpy(osize, sq, sizeof osize);
     osize[nbd + 1] = ev;
   }
   if (flags & 32 && ondim) osize[0] += 1; /* a wrong output shape */
   if (!make_out(a, ondim, osize, &out)) return;
+  int backward = (variants & 64) && !(flags & 32), saved_ok = 0;
+  if ((variants & 32) || (backward && flash)) { /* lse [B..., Lq] (sometimes one too long) */
+    int64_t sl[ATTN_MAX_DIMS];
+    memcpy(sl, osize, sizeof sl);
+    if (ondim && !backward && u8(r) < 32) sl[ondim - 1 - u8(r) % ondim] += 1;
+    if (ondim && make_out(a, ondim - 1, sl, &lse)) o.lse = &lse;
+  }
   if (flash) {
-    attn_sdpa_flash(&q, &k, &v, &o, &out);
+    saved_ok = attn_sdpa_flash(&q, &k, &v, &o, &out) == ATTN_OK;
+    if (backward && saved_ok && o.lse) fuzz_sdpa_backward(r, a, 1, &q, &k, &v, &o, &out, &lse);
     return;
   }
   attn_tensor *w = NULL;
-  if (flags & 64) {
+  if (ondim && (flags & 64 || backward)) {
     osize[ondim - 1] = lk;
-    if (!make_out(a, ondim, osize, &weights)) return;
-    w = &weights;
+    if (flags & 64) {
+      if (!make_out(a, ondim, osize, &weights)) return;
+      w = &weights;
+    }
+    if (backward && make_out(a, ondim, osize, &probs)) o.probs = &probs;
   }
-  attn_sdpa_math(&q, &k, &v, &o, &out, w);
+  saved_ok = attn_sdpa_math(&q, &k, &v, &o, &out, w) == ATTN_OK;
+  if (backward && saved_ok && o.probs) fuzz_sdpa_backward(r, a, 0, &q, &k, &v, &o, &out, &probs);
+}
+
+static void fuzz_sdpa(reader *r, arena *a, int flash) {
+  attn_block_mask bm;
+  memset(&bm, 0, sizeof bm);
+  fuzz_sdpa_with(r, a, flash, &bm);
+  attn_block_mask_free(&bm);
 }
 
 static void fuzz_npy(reader *r) {
@@ -436,7 +563,7 @@ static void fuzz_rng(reader *r, arena *a) {
     case 0: attn_rng_uniform_f32(&g, out, n, dval(r), dval(r)); break;
     case 1: attn_rng_normal_f32(&g, out, n, dval(r), dval(r)); break;
     case 2: attn_rng_normal_scalar_f32(&g, out, n, dval(r), dval(r)); break;
-    case 3: attn_dropout_factors(u32(r), (double)(1 + u8(r) % 98) / 100.0, (int64_t)u32(r), n, out); break;
+    case 3: attn_dropout_factors((attn_dropout_draw){u32(r), NULL}, (double)(1 + u8(r) % 98) / 100.0, (int64_t)u32(r), n, out); break;
     default: {
       unsigned char state[ATTN_RNG_STATE_BYTES];
       attn_rng_get_state(&g, state);

@@ -2,7 +2,8 @@
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
 -- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
--- mha, tiny, tiny_train, decode, decode_gqa, window, train_gpt (default: all). Each attention case runs every kernel
+-- options_bwd (each variant's cost on A's flash forward + backward),
+-- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -179,6 +180,31 @@ if wanted("window") then
   end
 end
 
+-- block_sparse: B with a document block mask of 8 equal documents (block 128,
+-- attn.block_mask.document); vs_dense = ms / the same kernel's dense B in this
+-- run (1/8 is the ideal: 7/8 of the blocks are empty); build_ms: attn.block_mask
+if wanted("block_sparse") then
+  local b, h, n, e, docs = 1, 8, 4096, 64, 8
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local ids = {}
+  for i = 0, n - 1 do ids[#ids + 1] = i * docs // n end
+  local document = attn.block_mask.document(attn.tensor(ids))
+  local bm
+  local build_ms = best_ms("block_sparse build", function() bm = attn.block_mask(document, b, h, n, n) end, opts.reps)
+  for _, kernel in ipairs { "math", "flash" } do
+    local dense_ms = best_ms("block_sparse dense " .. kernel, function()
+      attn.scaled_dot_product_attention(q, k, v, { kernel = kernel })
+    end, opts.reps)
+    local ms = best_ms("block_sparse " .. kernel, function()
+      attn.scaled_dot_product_attention(q, k, v, { kernel = kernel, block_mask = bm })
+    end, opts.reps)
+    emit { case = "block_sparse", kernel = kernel, b = b, h = h, lq = n, lk = n, e = e, causal = false, docs = docs,
+           block = bm.block, sparsity = bm:sparsity(), ms = ms, dense_ms = dense_ms, vs_dense = ms / dense_ms,
+           build_ms = build_ms, gflops = 4.0 * b * h * n * n * e / (ms * 1e6) }
+  end
+end
+
 -- forward + backward through the raw calls the autograd engine records
 -- (attn.core.autograd): ms of both, fwd_ms of the forward alone, gflops =
 -- 14*b*h*lq*lk*e / time (the forward's 4 plus the backward's 10). dout is out
@@ -206,6 +232,56 @@ local bwd_cases = {
 }
 for _, c in ipairs(bwd_cases) do
   if wanted(c[1]) then backward_case(c[1], c[2], c[3], c[4], c[5], c[6], { "math", "flash" }) end
+end
+
+-- options_bwd: each variant's cost on the flash kernel's forward + backward of
+-- A (ms and fwd_ms as backward_case; x_plain = ms / the plain line's ms). The
+-- variants run interleaved, one call each per round, best of the rounds, so
+-- that a change of load hits them alike. gqa: 4 query heads per kv head (k, v
+-- [4, 3, 1024, 64]); window {1023, 1023} hides no key (the per-row cut, no
+-- work saved); ALiBi: the paper's slopes; softcap 30 (Gemma 2 uses 50); all:
+-- the four at once
+if wanted("options_bwd") then
+  local b, h, n, e = 4, 12, 1024, 64
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local kg, vg = attn.randn(b, h // 4, n, e), attn.randn(b, h // 4, n, e)
+  local slopes = attn.alibi_slopes(h)
+  local variants = {
+    { "plain", {} }, { "gqa", { enable_gqa = true } }, { "window", { window = { n - 1, n - 1 } } },
+    { "alibi", { alibi_slopes = slopes } }, { "softcap", { softcap = 30 } },
+    { "all", { enable_gqa = true, window = { n - 1, n - 1 }, alibi_slopes = slopes, softcap = 30 } },
+  }
+  local function timed(fn)
+    collectgarbage()
+    local t0 = attn.clock()
+    fn()
+    return (attn.clock() - t0) * 1000
+  end
+  local best = {}
+  local p = attn.progress(opts.reps + 1, "options_bwd")
+  for round = 0, opts.reps do -- round 0 warms up
+    for i, c in ipairs(variants) do
+      local o = c[2]
+      o.kernel = "flash"
+      local kk, vv = o.enable_gqa and kg or k, o.enable_gqa and vg or v
+      local out, saved
+      local f = timed(function() out, saved = raw_sdpa.sdpa_forward(q, kk, vv, o) end)
+      local bw = timed(function() raw_sdpa.sdpa_backward(out, q, kk, vv, out, saved, o) end)
+      if round > 0 then
+        best[i] = best[i] or { fwd = math.huge, ms = math.huge }
+        best[i].fwd, best[i].ms = math.min(best[i].fwd, f), math.min(best[i].ms, f + bw)
+      end
+    end
+    p:step()
+  end
+  p:done()
+  for i, c in ipairs(variants) do
+    local ms, fwd_ms = best[i].ms, best[i].fwd
+    emit { case = "options_bwd", kernel = "flash", option = c[1], b = b, h = h, lq = n, lk = n, e = e, causal = false,
+           ms = ms, fwd_ms = fwd_ms, gflops = 14.0 * b * h * n * n * e / (ms * 1e6), x_plain = ms / best[1].ms,
+           fwd_x_plain = fwd_ms / best[1].fwd }
+  end
 end
 
 if wanted("C_causal_bwd") then

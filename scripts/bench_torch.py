@@ -12,7 +12,14 @@ forward and backward (dout = out, as bench.lua), `fwd_ms` its forward alone
 with recording on, gflops = 14*b*h*lq*lk*e / time (C_causal_bwd is left out,
 as C_causal: its [8, 16384, 16384] scores do not fit); `train_gpt` one training
 step (forward, cross entropy, backward, AdamW) of the book's GPTModel (vocab 256,
-context 128, emb 128, 4 heads, 4 layers, batch 16), with `tokens_per_s`. Not part of the tests.
+context 128, emb 128, 4 heads, 4 layers, batch 16), with `tokens_per_s`; `block_sparse`
+is B with the dense float mask of 8 equal documents (-inf across documents:
+1.13 has no block-sparse attention, so it computes every score), `vs_dense`
+against B in the same run. `decode` / `decode_gqa` (one query row against
+65536 keys; GQA as repeat_interleave'd K and V, what torch 1.13 has, gbps
+counting K and V once as bench.lua) and `window` (B with an explicit float
+mask of the 256-key causal window, gflops on the visible pairs) use the same
+math kernel. Not part of the tests.
 
 Warm-up: as in a long-running process, each case first runs until its time is
 stable (the last 3 calls within 5% of each other; at most 30 calls or 60 s),
@@ -140,7 +147,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="all",
                     help="comma-separated from sgemm_peak, A, A_causal, B, B_causal, A_bwd, A_causal_bwd, B_bwd, "
-                    "mha, tiny, tiny_train, train_gpt (default: all)")
+                    "mha, tiny, tiny_train, block_sparse, train_gpt, decode, decode_gqa, window (default: all)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: OMP_NUM_THREADS, else every CPU, as bench.lua)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up; ms is the best")
@@ -148,7 +155,8 @@ def main():
     if a.reps < 1 or (a.threads is not None and a.threads < 1):
         ap.error("--reps and --threads expect positive integers")
     known = {"sgemm_peak", "A", "A_causal", "B", "B_causal", "A_bwd", "A_causal_bwd", "B_bwd", "mha", "tiny",
-             "tiny_train", "train_gpt"}
+             "tiny_train", "block_sparse", "train_gpt"}
+    known |= {"decode", "decode_gqa", "window"}
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want is not None and not want <= known:
         ap.error("unknown case(s) %s; known: %s" % (", ".join(sorted(want - known)), ", ".join(sorted(known))))
@@ -179,6 +187,17 @@ def main():
             emit(dict(case=name, kernel="torch_sdpa", b=b, h=h, lq=n, lk=n, e=e, causal=causal,
                       flops=4.0 * b * h * n * n * e), timing)
             del q, k, v
+        if wanted("block_sparse"):
+            b, h, n, e, docs = 1, 8, 4096, 64, 8
+            q, k, v = torch.randn(b, h, n, e), torch.randn(b, h, n, e), torch.randn(b, h, n, e)
+            ids = torch.arange(n) * docs // n
+            mask = torch.zeros(n, n).masked_fill(ids.view(n, 1) != ids.view(1, n), float("-inf"))
+            dense = best_ms(lambda: F._scaled_dot_product_attention(q, k, v, None, 0.0, False, False), a.reps)
+            timing = best_ms(lambda: F._scaled_dot_product_attention(q, k, v, mask, 0.0, False, False), a.reps)
+            emit(dict(case="block_sparse", kernel="torch_sdpa dense float mask", b=b, h=h, lq=n, lk=n, e=e,
+                      causal=False, docs=docs, dense_ms=dense["ms"], vs_dense=timing["ms"] / dense["ms"],
+                      flops=4.0 * b * h * n * n * e), timing)
+            del q, k, v, mask
         if wanted("mha"):
             b, n, d, h = 4, 1024, 768, 12
             shape = dict(b=b, h=h, lq=n, lk=n, e=d // h, causal=True, flops=4.0 * b * h * n * n * (d // h))
@@ -236,6 +255,42 @@ def main():
         del q, k, v
     if wanted("train_gpt"):
         train_gpt_case(torch, emit, a.reps)
+    with torch.no_grad():
+        variant_cases(torch, emit, a.reps, wanted)
+
+
+def variant_cases(torch, emit, reps, wanted):
+    """bench.lua's decode, decode_gqa and window in torch 1.13's math SDPA (no enable_gqa, no window option)"""
+    import torch.nn.functional as F
+    b, hkv, lk, e = 1, 8, 65536, 64
+    if wanted("decode") or wanted("decode_gqa"):
+        k, v = torch.randn(b, hkv, lk, e), torch.randn(b, hkv, lk, e)
+        nbytes = 2.0 * b * hkv * lk * e * 4
+        for name, h in [("decode", hkv), ("decode_gqa", 4 * hkv)]:
+            if not wanted(name):
+                continue
+            q = torch.randn(b, h, 1, e)
+            g = h // hkv
+
+            def call():
+                kk = k.repeat_interleave(g, dim=1) if g > 1 else k
+                vv = v.repeat_interleave(g, dim=1) if g > 1 else v
+                return F._scaled_dot_product_attention(q, kk, vv, None, 0.0, False, False)
+            timing = best_ms(call, reps)
+            emit(dict(case=name, kernel="torch_sdpa", b=b, h=h, h_kv=hkv, lq=1, lk=lk, e=e, causal=False,
+                      flops=4.0 * b * h * lk * e, gbps=nbytes / (timing["ms"] * 1e6)), timing)
+        del k, v
+    if wanted("window"):
+        b, h, n, e, left = 1, 8, 4096, 64, 255
+        q, k, v = torch.randn(b, h, n, e), torch.randn(b, h, n, e), torch.randn(b, h, n, e)
+        i = torch.arange(n)[:, None]
+        j = torch.arange(n)[None, :]
+        hidden = (j > i) | (i - j > left)
+        mask = torch.zeros(n, n).masked_fill(hidden, float("-inf"))  # additive float mask
+        pairs = sum(min(r + 1, left + 1) for r in range(n))
+        emit(dict(case="window", kernel="torch_sdpa", b=b, h=h, lq=n, lk=n, e=e, causal=True, window=left,
+                  visible_pairs=pairs, flops=4.0 * b * h * pairs * e),
+             best_ms(lambda: F._scaled_dot_product_attention(q, k, v, mask, 0.0, False, False), reps))
 
 
 def train_gpt_case(torch, emit, reps):

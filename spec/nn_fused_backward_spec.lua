@@ -122,6 +122,59 @@ describe("the modules record through the fused forward and its C backward", func
   end
 end)
 
+describe("the training forward keeps what the backward needs", function()
+  -- attention_forward(..., true, true) returns qkv, o, c, saved, kernel and the backward takes them
+  -- instead of recomputing: the forward's out and every gradient are the bits of the recomputing pair
+  local function run(x, d_in, heads, p, w, b, wo, bo, keep)
+    attn.manual_seed(11)
+    local a = table.pack(x, d_in, x:size(2), 3, heads, 0.3, p, w[1], b, w[2], b, w[3], b, wo, bo, nil, true, keep)
+    local r = table.pack(modules.attention_forward(table.unpack(a, 1, 18)))
+    a[17], a[18] = attn.randn(x:size(1), x:size(2), w[1]:size(1)), r[2]
+    for i = 1, 5 do a[18 + i] = r[2 + i] end
+    return r, table.pack(modules.attention_backward(table.unpack(a, 1, 23)))
+  end
+  for _, c in ipairs {
+    { "math kernel, out_proj, 4 heads, dropout", 2, 40, 16, 16, 4, 0.2, true, 1 },
+    { "math kernel, no out_proj (CausalAttention), 1 head", 3, 33, 8, 12, 1, 0.0, false, 1 },
+    { "math kernel, 1 head with out_proj, dropout", 2, 50, 8, 8, 1, 0.1, true, 1 },
+    { "flash kernel, out_proj, 2 heads, dropout", 2, 300, 16, 16, 2, 0.2, true, 2 },
+    { "flash kernel, no out_proj", 1, 260, 8, 8, 2, 0.0, false, 2 },
+  } do
+    it(c[1], function()
+      attn.manual_seed(12)
+      local nb, n, d_in, d_out, heads, p, has_wo, kernel = c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+      local x = attn.randn(nb, n, d_in)
+      local w = { attn.randn(d_out, d_in) * 0.3, attn.randn(d_out, d_in) * 0.3, attn.randn(d_out, d_in) * 0.3 }
+      local b = attn.randn(d_out)
+      local wo, bo = has_wo and attn.randn(d_out, d_out) * 0.3 or nil, has_wo and attn.randn(d_out) or nil
+      local kept, gk = run(x, d_in, heads, p, w, b, wo, bo, true)
+      local plain, gp = run(x, d_in, heads, p, w, b, wo, bo, false)
+      assert.equal(kernel, kept[7])
+      assert.same({ 3, nb * n, d_out }, kept[3]:size())
+      assert.same({ nb, heads, n, d_out // heads }, kept[4]:size())
+      assert.equal(has_wo, kept[5] ~= nil)
+      assert.same(kernel == 1 and { nb, heads, n, n } or { nb, heads, n }, kept[6]:size())
+      assert.is_nil(plain[3])
+      assert.is_true(attn.equal(kept[1], plain[1]), "out")
+      -- the kept Q is the projection x Wq^T + b (an independent check of what was kept)
+      local q = (x:reshape(nb * n, d_in):matmul(w[1]:t()) + b)
+      assert.is_true((kept[3][1] - q):abs():max():item() <= 1e-5, "Q")
+      assert.equal(gp.n, gk.n)
+      for i = 1, 9 do
+        if gp[i] then assert.is_true(attn.equal(gk[i], gp[i]), "gradient " .. i) else assert.is_nil(gk[i]) end
+      end
+    end)
+  end
+
+  it("a tiny call keeps nothing (its backward recomputes)", function()
+    local x, w = attn.randn(2, 6, 3), attn.randn(2, 3)
+    local r = table.pack(modules.attention_forward(x, 3, 6, 3, 1, 0.5, 0.0, w, nil, w, nil, w, nil, nil, nil, nil,
+      true, true))
+    assert.equal(7, r.n)
+    for i = 3, 7 do assert.is_nil(r[i]) end
+  end)
+end)
+
 describe("fused module backward: the same bits for 1 and 2 threads", function()
   local CHILD = [[
 local attn = require "attn"
@@ -196,6 +249,24 @@ describe("fused module backward: bad input", function()
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(
       B .. "arguments 1 to 16 are not those of a call attention_forward runs", 1, true))
     a[5] = c.heads
-    assert.is_truthy(call(table.unpack(a, 1, 19)):find("no more than 18 arguments expected", 1, true))
+    assert.is_truthy(call(table.unpack(a, 1, 24)):find("no more than 23 arguments expected", 1, true))
+  end)
+
+  it("a kept state that does not fit the call", function()
+    attn.manual_seed(5)
+    local x, w = attn.randn(2, 40, 16), attn.randn(16, 16) * 0.2
+    local a = table.pack(x, 16, 40, 3, 2, 0.25, 0.0, w, nil, w, nil, w, nil, w, nil, nil, true, true)
+    local r = table.pack(modules.attention_forward(table.unpack(a, 1, 18)))
+    assert.equal(7, r.n)
+    a[17], a[18] = attn.randn(2, 40, 16), r[2]
+    for i = 1, 5 do a[18 + i] = r[2 + i] end
+    assert.equal(9, select("#", modules.attention_backward(table.unpack(a, 1, 23))))
+    a[19] = attn.zeros(3, 80, 15)
+    assert.is_truthy(call(table.unpack(a, 1, 23)):find(B .. "bad argument #19 'qkv' (expected the contiguous tensor "
+      .. "of 3840 floats attention_forward kept for these sizes)", 1, true))
+    a[19], a[22] = r[3], r[6]:narrow(4, 1, 20)
+    assert.is_truthy(call(table.unpack(a, 1, 23)):find(B .. "bad argument #22 'saved'", 1, true))
+    a[22], a[23] = r[6], 2
+    assert.is_truthy(call(table.unpack(a, 1, 23)):find(B .. "bad argument #23 'kernel' (expected 1", 1, true))
   end)
 end)

@@ -142,6 +142,10 @@ local REF = {
   lt = function(x, y) return x < y and 1 or 0 end,
   ge = function(x, y) return x >= y and 1 or 0 end,
   le = function(x, y) return x <= y and 1 or 0 end,
+  -- Lua's float % is floored, as Python's: fmod, then + y where the signs differ
+  remainder = function(x, y) return math.fmod(x, y) == 0 and math.fmod(x, y) or x % y end,
+  floor_divide = function(x, y) if y == 0 then return x / y end return x // y end,
+  floor = function(x) if x ~= x then return x end return math.floor(x) + 0.0 end,
   maximum = function(x, y) if x ~= x or y ~= y then return nan end return x > y and x or y end,
   minimum = function(x, y) if x ~= x or y ~= y then return nan end return x < y and x or y end,
   neg = function(x) return -x end,

@@ -111,7 +111,10 @@ local function compile_host()
   local cflags = io.popen("pkg-config --cflags --libs lua5.4 2>/dev/null"):read("a"):gsub("\n", "")
   if cflags == "" then cflags = "-I/usr/include/lua5.4 -llua5.4" end
   -- the compiler itself runs without `make asan`'s sanitizer preload (its own leaks would fail it)
-  local cc = ("env -u LD_PRELOAD cc -O1 -o %s/host %s/host.c %s -lpthread 2>&1"):format(dir, dir, cflags)
+  -- CC and ATTN_SPEC_RUN (a prefix that runs the host, e.g. qemu-aarch64): a
+  -- cross-built tree's host (scripts/check-arm64.sh) is built and run as its module is
+  local cc = ("env -u LD_PRELOAD %s -O1 -o %s/host %s/host.c %s -lpthread 2>&1"):format(os.getenv("CC") or "cc",
+    dir, dir, cflags)
   local p = io.popen(cc)
   local msg = p:read("a")
   assert(p:close(), "compiling the two-state host failed: " .. msg)
@@ -121,7 +124,8 @@ end
 local function host(steps)
   local args = {}
   for i, s in ipairs(steps) do args[i] = shell_quote(s) end
-  local cmd = ("%s/host %s %s %s 2>&1"):format(dir, shell_quote(build .. "/?.lua;" .. build .. "/?/init.lua"),
+  local cmd = ("%s %s/host %s %s %s 2>&1"):format(os.getenv("ATTN_SPEC_RUN") or "", dir,
+    shell_quote(build .. "/?.lua;" .. build .. "/?/init.lua"),
     shell_quote(build .. "/?.so"), table.concat(args, " "))
   local p = io.popen(cmd)
   local out = p:read("a")

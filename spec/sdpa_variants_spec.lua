@@ -250,9 +250,8 @@ describe("scaled_dot_product_attention variants: bad input", function()
   end)
 end)
 
--- Gradients through attn's autograd (its backward recomposes the attention
--- from tensor ops, lua/attn/autograd/attention.lua) over each kernel's
--- forward, against torch autograd of the float64 reference.
+-- Gradients through attn's autograd (the C backward of each kernel,
+-- src/core/sdpa_backward.c), against torch autograd of the float64 reference.
 describe("scaled_dot_product_attention variants: gradients against PyTorch 1.13", function()
   for _, c in ipairs(FIX.grads) do
     for _, kernel in ipairs {"math", "flash"} do

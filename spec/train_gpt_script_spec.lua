@@ -56,6 +56,35 @@ describe("scripts/train_gpt.lua", function()
     assert.are.same({256, 16}, tensors["model.tok_emb.weight"]:size())
   end)
 
+  it("--report-memory: the need counted from the config, against the peak RSS", function()
+    local code, out = run(tiny("--steps 2 --sample 0 --report-memory"))
+    assert.are.equal(0, code, out)
+    local params = tonumber(out:match("n_layers = 1, drop_rate = 0}, (%d+) parameters"))
+    assert.is_not_nil(params, out)
+    -- the tensors a step's backward keeps at this size (rows = 4 x 16 tokens, D = 16, 2 heads, vocab 256), in floats
+    local rows, D = 4 * 16, 16
+    local kept = {
+      ids = rows,
+      norm1_in = rows * D, norm1_stats = 2 * rows, att_in = rows * D, qkv = 3 * rows * D,
+      softmax = 4 * 2 * 16 * 16, att_out = rows * D, norm2_in = rows * D, norm2_stats = 2 * rows,
+      ff_in = rows * D, gelu_in = rows * 4 * D, gelu_out = rows * 4 * D,
+      final_in = rows * D, final_stats = 2 * rows, head_in = rows * D, logits = rows * 256, lse = rows,
+    }
+    local floats = 0
+    for _, n in pairs(kept) do floats = floats + n end
+    local mib = 1024 * 1024
+    local need, state, acts, peak, ratio = out:match(
+      "memory: need ([%d.]+) MiB %(parameters, gradients and AdamW state ([%d.]+) MiB, activations ([%d.]+) MiB%); "
+      .. "peak RSS ([%d.]+) MiB = ([%d.]+)x the need")
+    assert.is_not_nil(need, out)
+    assert.are.equal(("%.1f"):format(16 * params / mib), state)
+    assert.are.equal(("%.1f"):format(4 * floats / mib), acts)
+    -- the ratio of the unrounded figures (the printed need is rounded to 0.1 MiB)
+    local exact_need = (16 * params + 4 * floats) / mib
+    assert.is_true(math.abs(tonumber(peak) / exact_need - tonumber(ratio)) < 0.01 * tonumber(ratio), out)
+    assert.is_truthy(out:find("MiB of it before training (interpreter, libraries, text), the ", 1, true), out)
+  end)
+
   it("resumed from its step-2 checkpoint, ends with the straight run's bits", function()
     local straight, resumed = dir .. "/straight.safetensors", dir .. "/resumed.safetensors"
     local code, out = run(tiny("--steps 4 --sample 0 --checkpoint " .. straight))

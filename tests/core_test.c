@@ -122,17 +122,24 @@ static void test_softmax(attn_generator *g) {
   free(x);
 }
 
-/* attention in double: softmax(q k^T * scale, causal) v, one slice */
+/* attention in double: softmax(q k^T * scale, causal, visible) v, one slice;
+ * visible: NULL or [lq, lk] (nonzero = the key is seen); a row that sees no
+ * key gives zeros (the core's contract) */
 static void naive_attention(const float *q, const float *k, const float *v, int lq, int lk, int e, int ev,
-                            int causal, double *out) {
+                            int causal, const uint8_t *visible, double *out) {
   double scale = 1.0 / sqrt((double)e);
   for (int i = 0; i < lq; i++) {
     double s[512], m = -INFINITY, z = 0;
     for (int j = 0; j < lk; j++) {
       double d = 0;
       for (int c = 0; c < e; c++) d += D(q[i * e + c]) * D(k[j * e + c]);
-      s[j] = (causal && j > i) ? -(double)INFINITY : d * scale;
+      int hidden = (causal && j > i) || (visible && !visible[i * lk + j]);
+      s[j] = hidden ? -(double)INFINITY : d * scale;
       m = fmax(m, s[j]);
+    }
+    if (m == -(double)INFINITY) {
+      for (int c = 0; c < ev; c++) out[i * ev + c] = 0;
+      continue;
     }
     for (int j = 0; j < lk; j++) z += (s[j] = exp(s[j] - m));
     for (int c = 0; c < ev; c++) {
@@ -152,7 +159,7 @@ static void test_attention(attn_generator *g) {
   static double want[LQ * EV];
   attn_tensor to = attn_make(out, 2, so);
   for (int causal = 0; causal <= 1; causal++) {
-    naive_attention(q, k, v, LQ, LK, E, EV, causal, want);
+    naive_attention(q, k, v, LQ, LK, E, EV, causal, NULL, want);
     for (int kernel = ATTN_SDPA_MATH; kernel <= ATTN_SDPA_FLASH; kernel++) {
       attn_sdpa_opts o = attn_sdpa_defaults();
       o.is_causal = causal;
@@ -177,6 +184,157 @@ static void test_attention(attn_generator *g) {
   free(v);
 }
 
+/* The built-in block-mask functions, element by element (0-based query i,
+ * key j; nonzero = visible), written here apart from src/core/block_mask.c. */
+enum { MASK_CAUSAL, MASK_WINDOW, MASK_DOCUMENT, MASK_DOCUMENT_CAUSAL };
+
+static int naive_visible(int fn, int64_t i, int64_t j, int64_t w, const float *ids) {
+  switch (fn) {
+  case MASK_CAUSAL: return j <= i;
+  case MASK_WINDOW: return j <= i && i - j < w;
+  case MASK_DOCUMENT: return ids[i] == ids[j];
+  default: return ids[i] == ids[j] && j <= i;
+  }
+}
+
+static const char *const mask_names[] = {"causal", "sliding_window", "document", "and_(document, causal)"};
+
+/* Pattern `pattern` of m from a built-in through the core's block evaluators,
+ * block by block, as the binding builds it. */
+static attn_status build_pattern(attn_block_mask *m, int64_t pattern, int fn, int64_t w, const float *ids) {
+  uint8_t *vis = malloc((size_t)(2 * m->prow * m->pcol)), *other = vis + m->prow * m->pcol;
+  if (!vis) abort();
+  attn_status st = ATTN_OK;
+  for (int64_t qb = 0; qb < m->nqb && st == ATTN_OK; qb++)
+    for (int64_t kb = 0; kb < m->nkb && st == ATTN_OK; kb++) {
+      int64_t i0, ni, j0, nj;
+      attn_block_mask_extent(m, qb, kb, &i0, &ni, &j0, &nj);
+      if (fn == MASK_CAUSAL) attn_mask_causal(i0, ni, j0, nj, vis, m->pcol);
+      else if (fn == MASK_WINDOW) attn_mask_sliding_window(w, i0, ni, j0, nj, vis, m->pcol);
+      else attn_mask_document(ids, i0, ni, j0, nj, vis, m->pcol);
+      if (fn == MASK_DOCUMENT_CAUSAL) {
+        attn_mask_causal(i0, ni, j0, nj, other, m->pcol);
+        attn_mask_combine(0, ni, nj, vis, other, m->pcol);
+      }
+      st = attn_block_mask_set(m, pattern, qb, kb, vis, m->pcol);
+    }
+  free(vis);
+  return st;
+}
+
+/* Block kinds, sparsity and the dense pattern of each built-in against a
+ * per-element loop, for blocks that divide L, that do not, and that are
+ * larger than L. */
+static void test_block_mask_classes(void) {
+  const int64_t sizes[][3] = {{64, 64, 16}, {37, 45, 8}, {45, 37, 16}, {5, 3, 16}, {1, 100, 7}, {100, 1, 7}};
+  float ids[100];
+  for (int t = 0; t < 100; t++) ids[t] = (float)(t / 11 + (t > 50)); /* documents of 11 tokens, one of 7 */
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+    for (int fn = MASK_CAUSAL; fn <= MASK_DOCUMENT_CAUSAL; fn++) {
+      int64_t lq = sizes[z][0], lk = sizes[z][1], block = sizes[z][2], w = 6;
+      char what[160];
+      snprintf(what, sizeof what, "block mask %s, Lq %lld, Lk %lld, block %lld: ", mask_names[fn], (long long)lq,
+               (long long)lk, (long long)block);
+      size_t len = strlen(what);
+      attn_block_mask m;
+      if (attn_block_mask_init(&m, 1, 1, lq, lk, block, 1, 1) != ATTN_OK || build_pattern(&m, 0, fn, w, ids) != ATTN_OK) {
+        snprintf(what + len, sizeof what - len, "built (%s)", attn_error_message());
+        check(0, what);
+        continue;
+      }
+      int kinds_ok = m.nqb == (lq + block - 1) / block && m.nkb == (lk + block - 1) / block;
+      int64_t empty = 0;
+      for (int64_t qb = 0; qb < m.nqb; qb++)
+        for (int64_t kb = 0; kb < m.nkb; kb++) {
+          int64_t seen = 0, n = 0;
+          for (int64_t i = qb * block; i < (qb + 1) * block && i < lq; i++)
+            for (int64_t j = kb * block; j < (kb + 1) * block && j < lk; j++, n++) seen += naive_visible(fn, i, j, w, ids);
+          int want = seen == 0 ? ATTN_BLOCK_EMPTY : seen == n ? ATTN_BLOCK_FULL : ATTN_BLOCK_PARTIAL;
+          kinds_ok &= m.kind[qb * m.nkb + kb] == want;
+          empty += seen == 0;
+        }
+      snprintf(what + len, sizeof what - len, "empty / partial / full blocks as counted element by element");
+      check(kinds_ok, what);
+      snprintf(what + len, sizeof what - len, "sparsity = the empty blocks' fraction");
+      check(attn_block_mask_sparsity(&m) == (double)empty / (double)(m.nqb * m.nkb), what);
+      float *dense = malloc((size_t)(lq * lk) * sizeof *dense);
+      if (!dense) abort();
+      attn_block_mask_dense(&m, 0, dense);
+      int dense_ok = 1;
+      for (int64_t i = 0; i < lq; i++)
+        for (int64_t j = 0; j < lk; j++) dense_ok &= dense[i * lk + j] == (float)naive_visible(fn, i, j, w, ids);
+      snprintf(what + len, sizeof what - len, "its dense pattern is the per-element mask");
+      check(dense_ok, what);
+      free(dense);
+      attn_block_mask_free(&m);
+    }
+}
+
+/* Both kernels with a block mask (one pattern per head: sh = 2) against the
+ * naive attention with the equivalent element mask; Lq != Lk, blocks that do
+ * not divide them, and rows with no visible key (zeros). */
+static void test_block_mask_attention(attn_generator *g) {
+  enum { H = 2, E = 32, EV = 16, BLOCK = 16 };
+  const int lens[][2] = {{70, 90}, {90, 70}};
+  const int fns[H] = {MASK_DOCUMENT_CAUSAL, MASK_WINDOW};
+  const int64_t w = 10;
+  float ids[90];
+  for (int t = 0; t < 90; t++) ids[t] = (float)(t / 23);
+  for (int z = 0; z < 2; z++) {
+    int lq = lens[z][0], lk = lens[z][1];
+    float *q = filled(H * lq * E, g), *k = filled(H * lk * E, g), *v = filled(H * lk * EV, g);
+    float *out = malloc((size_t)(H * lq * EV) * sizeof *out);
+    double *want = malloc((size_t)(H * lq * EV) * sizeof *want);
+    uint8_t *visible = malloc((size_t)(lq * lk));
+    if (!out || !want || !visible) abort();
+    attn_block_mask m;
+    int built = attn_block_mask_init(&m, 1, H, lq, lk, BLOCK, 1, H) == ATTN_OK;
+    for (int h = 0; h < H && built; h++) {
+      built = build_pattern(&m, h, fns[h], w, ids) == ATTN_OK;
+      for (int i = 0; i < lq; i++)
+        for (int j = 0; j < lk; j++) visible[i * lk + j] = (uint8_t)naive_visible(fns[h], i, j, w, ids);
+      naive_attention(q + h * lq * E, k + h * lk * E, v + h * lk * EV, lq, lk, E, EV, 0, visible,
+                      want + h * lq * EV);
+    }
+    check(built, "block mask of one pattern per head built");
+    int64_t sq[3] = {H, lq, E}, sk[3] = {H, lk, E}, sv[3] = {H, lk, EV}, so[3] = {H, lq, EV};
+    attn_tensor tq = attn_make(q, 3, sq), tk = attn_make(k, 3, sk), tv = attn_make(v, 3, sv);
+    attn_tensor to = attn_make(out, 3, so);
+    for (int kernel = ATTN_SDPA_MATH; kernel <= ATTN_SDPA_FLASH && built; kernel++) {
+      attn_sdpa_opts o = attn_sdpa_defaults();
+      o.scale = 1.0f / sqrtf((float)E);
+      o.block_mask = &m;
+      memset(out, 0xff, (size_t)(H * lq * EV) * sizeof *out); /* NaN: every element must be written */
+      attn_status st = attn_sdpa_run((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, NULL);
+      double err = max_abs_diff(out, want, H * lq * EV);
+      char what[160];
+      snprintf(what, sizeof what, "%s attention, Lq %d, Lk %d, block mask (%s; %s) against naive double loops",
+               kernel == ATTN_SDPA_MATH ? "math" : "flash", lq, lk, mask_names[fns[0]], mask_names[fns[1]]);
+      if (st != ATTN_OK || !(err < 2e-5)) printf("  status %d, max |diff| %g\n", (int)st, err);
+      check(st == ATTN_OK && err < 2e-5, what);
+    }
+    if (built) { /* a mask built for other sizes: refused, naming block_mask and both sizes */
+      attn_block_mask other;
+      attn_sdpa_opts o = attn_sdpa_defaults();
+      o.scale = 1.0f;
+      o.block_mask = &other;
+      int ok = attn_block_mask_init(&other, 1, H, lq + 1, lk, BLOCK, 1, 1) == ATTN_OK;
+      for (int kernel = ATTN_SDPA_MATH; kernel <= ATTN_SDPA_FLASH && ok; kernel++)
+        ok = attn_sdpa_run((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, NULL) == ATTN_ESHAPE &&
+             strstr(attn_error_message(), "block_mask") != NULL;
+      if (ok) attn_block_mask_free(&other);
+      check(ok, "a block mask built for another Lq is ATTN_ESHAPE naming block_mask (both kernels)");
+      attn_block_mask_free(&m);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(want);
+    free(visible);
+  }
+}
+
 static void test_rng(void) {
   attn_generator g;
   attn_rng_seed(&g, 0);
@@ -194,6 +352,8 @@ int main(void) {
   test_broadcast_and_matmul(&g);
   test_softmax(&g);
   test_attention(&g);
+  test_block_mask_classes();
+  test_block_mask_attention(&g);
   test_rng();
   printf("core_test: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;

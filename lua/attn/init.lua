@@ -12,6 +12,8 @@ end
 
 --- Methods of every tensor (`t:name(...)`); Lua files of the layer add to it.
 attn.Tensor = core.Tensor
+-- Block-sparse masks: `attn.block_mask(fn, B, H, Lq, Lk[, {block}])` and its built-ins (src/binding/lua_block_mask.c).
+attn.block_mask = core.block_mask
 local Tensor, mt = core.Tensor, core.Tensor_mt
 
 --- True when `x` is an attn tensor.

@@ -14,7 +14,6 @@ local Tensor_mt = core.Tensor_mt
 local SDPA = "attn.scaled_dot_product_attention"
 
 local M = {}
-local composed_sdpa = require("attn.autograd.attention").scaled_dot_product_attention
 
 local function is_tensor(x) return getmetatable(x) == Tensor_mt end
 
@@ -31,20 +30,25 @@ local inner = autograd.Function{
     local r = table.pack(sdpa_forward(q, k, v, opts, SDPA))
     local out, saved, kernel, draw = r[1], r[2], r[3], r[4]
     local o = type(opts) == "table" and opts or {}
-    -- what the backward needs; mask and bias are saved so that an in-place change is caught
-    ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias)
+    -- what the backward needs; mask, bias and the ALiBi slopes are saved so that an in-place change is caught
+    ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias, o.alibi_slopes)
     ctx.is_causal, ctx.scale, ctx.dropout_p = o.is_causal, o.scale, o.dropout_p
+    ctx.enable_gqa, ctx.softcap = o.enable_gqa, o.softcap
+    ctx.window = o.window and { o.window[1], o.window[2] } -- a copy: the caller's table may change
     ctx.kernel, ctx.draw, ctx.need_weights = kernel, draw, o.need_weights
+    ctx.block_mask = o.block_mask -- an attn.BlockMask is immutable: kept as is
     -- the public results: out[, weights][, lse]; the lse has no gradient
     if o.return_lse then ctx:mark_non_differentiable(r[r.n]) end
     return out, table.unpack(r, 5, r.n)
   end,
   backward = function(ctx, g_out, g_weights)
-    local q, k, v, out, saved, mask, bias = ctx:saved()
+    local q, k, v, out, saved, mask, bias, slopes = ctx:saved()
     local need = ctx.needs_input_grad
     local o = { mask = mask, bias = bias, is_causal = ctx.is_causal, scale = ctx.scale, dropout_p = ctx.dropout_p,
                 kernel = ctx.kernel, dropout_draw = ctx.draw, bias_grad = need[4] == true,
-                dweights = ctx.need_weights and g_weights or nil }
+                dweights = ctx.need_weights and g_weights or nil, enable_gqa = ctx.enable_gqa,
+                window = ctx.window, alibi_slopes = slopes, softcap = ctx.softcap,
+                block_mask = ctx.block_mask }
     local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
     return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
   end,
@@ -53,17 +57,13 @@ local inner = autograd.Function{
 --- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
--- weights output's own gradient).
+-- weights output's own gradient, and the variants enable_gqa, window,
+-- alibi_slopes, softcap and block_mask; the slopes get no gradient).
 function M.scaled_dot_product_attention(...)
   local n = select("#", ...)
   local q, k, v, opts = ...
   -- anything the recorded path would not take as given: the C function words the error
   if n > 4 or (opts ~= nil and (type(opts) ~= "table" or is_tensor(opts))) then return raw_sdpa(...) end
-  -- the variants (GQA, window, ALiBi, softcap) have no C backward yet: recorded as the attention's
-  -- tensor ops (lua/attn/autograd/attention.lua), the same forward bits from the C kernel
-  if opts and (opts.enable_gqa ~= nil or opts.window ~= nil or opts.alibi_slopes ~= nil or opts.softcap ~= nil) then
-    return composed_sdpa(...)
-  end
   local bias = opts and opts.bias
   return inner(q, k, v, is_tensor(bias) and bias or false, opts)
 end
@@ -72,7 +72,8 @@ end
 
 -- attention_forward's 16 arguments: x, d_in, context_length, rank, heads,
 -- scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask. The tensor inputs are x and
--- the parameters present, in that order, then the mask.
+-- the parameters present, in that order.
+local PARAM_ARGS = { 8, 9, 10, 11, 12, 13, 14, 15 }
 
 --- The fused module forward that records (CausalAttention, MultiHeadAttention):
 -- the arguments of `attn.core.modules.attention_forward`; nil when the fused
@@ -86,31 +87,31 @@ M.fused_attention = autograd.Function{
   end,
   fname = "attention_forward",
   raw = fused_forward,
-  -- the 16 arguments as they are (no table): the backward takes them back from the saved list
-  forward = function(ctx, x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
-    local out, draw = fused_forward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo,
-      mask, true) -- and the dropout draw
+  forward = function(ctx, ...)
+    local a = table.pack(...)
+    a[17], a[18] = true, true -- and the dropout draw, and the state the backward needs (not recomputed there)
+    local out, draw, qkv, o, c, saved, kernel = fused_forward(table.unpack(a, 1, 18))
     if out == nil then return nil end
-    ctx.draw = draw
-    ctx:save_for_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
+    a[17], a[18], a.n = nil, nil, 16
+    ctx.args, ctx.draw, ctx.kernel = a, draw, kernel
+    -- the state is saved with the inputs, so the engine frees it with them after the backward
+    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], qkv, o, c, saved)
     return out
   end,
   backward = function(ctx, g)
-    local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask = ctx:saved()
-    local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
-      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw)
+    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved = ctx:saved()
+    local a = ctx.args
+    local r = table.pack(fused_backward(x, a[2], a[3], a[4], a[5], a[6], a[7], wq, bq, wk, bk, wv, bv, wo, bo, mask,
+      g, ctx.draw, qkv, o, c, saved, ctx.kernel))
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
-    local need = ctx.needs_input_grad
-    local grads, k = { need[1] and dx or nil }, 1
-    if wq ~= nil then k = k + 1; grads[k] = need[k] and dwq or nil end
-    if bq ~= nil then k = k + 1; grads[k] = need[k] and dbq or nil end
-    if wk ~= nil then k = k + 1; grads[k] = need[k] and dwk or nil end
-    if bk ~= nil then k = k + 1; grads[k] = need[k] and dbk or nil end
-    if wv ~= nil then k = k + 1; grads[k] = need[k] and dwv or nil end
-    if bv ~= nil then k = k + 1; grads[k] = need[k] and dbv or nil end
-    if wo ~= nil then k = k + 1; grads[k] = need[k] and dwo or nil end
-    if bo ~= nil then k = k + 1; grads[k] = need[k] and dbo or nil end
-    return table.unpack(grads, 1, k)
+    local grads, need = { r[1] }, ctx.needs_input_grad
+    for i, arg in ipairs(PARAM_ARGS) do
+      if is_tensor(a[arg]) then grads[#grads + 1] = r[i + 1] end
+    end
+    for i = 1, #grads do
+      if not need[i] then grads[i] = nil end
+    end
+    return table.unpack(grads, 1, #grads)
   end,
 }
 

@@ -511,7 +511,7 @@ local INPLACE = table_names({ binary = true, comparison = true, unary = true }, 
 -- sum, mean, max, min, then argmax, argmin
 local REDUCTIONS = table_names { reduction = true }
 for _, name in ipairs(table_names({ reduction = true }, "index_name")) do REDUCTIONS[#REDUCTIONS + 1] = name end
-local LUA_OPERATORS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __pow = "^", __unm = "-" }
+local LUA_OPERATORS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __pow = "^", __unm = "-", __mod = "%", __idiv = "//" }
 local BINARY_OPERATORS, OPERATOR_OF = {}, {} -- "add", ...; add = "+", ...
 for _, e in ipairs(TABLE_OPS) do
   if e.operator and e.arity == 2 then
@@ -804,6 +804,165 @@ op(8, function(S)
   end
   if r.chance(0.05) then q:fill_(r.pick(SPECIAL_VALUES)) end
   return attn.scaled_dot_product_attention, args, "attn.scaled_dot_product_attention", { "scaled_dot_product_attention" }
+end)
+
+-- scaled_dot_product_attention with the variants of issue #15 (enable_gqa,
+-- window, alibi_slopes, softcap, block_mask, return_lse), each good or
+-- careless, in any combination, sometimes recorded (requires_grad) with a
+-- backward. The block mask is built inside the call: fn a built-in, an
+-- and_/or_ of them and Lua fns, or a Lua fn that errors, returns the wrong
+-- shape or type, or NaN; built for the call's sizes or others. A build error
+-- must name attn.block_mask; a successful sane call (finite randn inputs, good
+-- options) must give finite out and gradients.
+local BAD_WINDOWS = { { -2, 0 }, { 0, -5 }, { 2 ^ 62, 0 }, { math.huge, 0 }, { 1.5, 0 }, { 1 }, { 1, 2, 3 }, {},
+  { 0 / 0, 0 }, { math.mininteger, 0 }, { "1", 0 }, 3, "x", { -1e18, 5 } }
+local BAD_SOFTCAPS = { 0, -1, 0 / 0, math.huge, -math.huge, -0.0, "1", true, 1e-45 }
+
+local function all_finite(t)
+  local total = t:abs():sum():item()
+  return total == total and total < math.huge
+end
+
+local function gen_mask_fn(S, lq, lk)
+  local r, bm = S.r, attn.block_mask
+  local c = r.int(1, 12)
+  if c == 1 then return bm.causal, "attn.block_mask.causal" end
+  if c == 2 then
+    local w = r.chance(0.8) and r.int(1, 8) or r.pick(HOSTILE_NUMBERS)
+    return function() return bm.sliding_window(w) end, "attn.block_mask.sliding_window(" .. num_src(w) .. ")", true
+  end
+  if c == 3 then
+    local n = r.chance(0.8) and math.max(lq, lk) or r.int(0, 8)
+    local ids = attn.tensor(n > 0 and (function() local t = {} for i = 1, n do t[i] = (i - 1) // r.int(1, 4) end return t end)() or {})
+    if r.chance(0.1) and n > 0 then ids[r.int(1, n)] = r.pick(SPECIAL_VALUES) end
+    remember(S, ids, "--[[ids]] attn.tensor{...}")
+    return function() return bm.document(ids) end, "attn.block_mask.document(" .. S.srcs[ids] .. ")", true
+  end
+  if c == 4 then return function(_, _, q, k) return k:le(q) end, "function(b, h, q, k) return k:le(q) end" end
+  if c == 5 then return function(_, h, q, k) return (q - k):remainder(h + 1):eq(0) end,
+    "function(b, h, q, k) return (q - k):remainder(h + 1):eq(0) end" end
+  if c == 6 then return function() error("mask fn failed on purpose") end,
+    "function() error('mask fn failed on purpose') end" end
+  if c == 7 then
+    local ret = r.pick({ "nil", "number", "table", "wrong", "3d", "nan", "empty" })
+    return function(_, _, q, k)
+      if ret == "nil" then return nil end
+      if ret == "number" then return 1 end
+      if ret == "table" then return { 1 } end
+      if ret == "wrong" then return attn.ones(q:size(1) + 1, k:size(2)) end
+      if ret == "3d" then return attn.ones(1, q:size(1), k:size(2)) end
+      if ret == "nan" then return attn.full({ q:size(1), k:size(2) }, 0 / 0) end
+      return attn.ones(0)
+    end, "function(b, h, q, k) --[[returns " .. ret .. "]] end"
+  end
+  if c == 8 then return r.pick({ 1, "causal", {}, true, math.abs }), "--[[not a mask fn]]" end
+  local a, asrc, alazy = gen_mask_fn(S, lq, lk)
+  local b, bsrc, blazy = gen_mask_fn(S, lq, lk)
+  local comb = r.chance(0.5) and "and_" or "or_"
+  return function()
+    local x, y = alazy and a() or a, blazy and b() or b
+    if r.chance(0.3) then for _ = 1, r.int(1, 70) do x = bm[comb](x, y) end return x end
+    return bm[comb](x, y)
+  end, "attn.block_mask." .. comb .. "(" .. asrc .. ", " .. bsrc .. ")", true
+end
+
+op(16, function(S)
+  local r = S.r
+  local nb, hkv = r.int(1, 2), r.int(1, 2)
+  local group = r.chance(0.5) and r.int(1, 3) or 1
+  local h = hkv * group
+  local lq, lk, e, ev = r.int(0, 6), r.int(0, 6), r.int(1, 8), r.int(1, 8)
+  if r.chance(0.25) then lq, lk = r.int(17, 70), r.int(1, 90) end
+  local leading = r.chance(0.8)
+  local function shape(heads, l, d)
+    local s = leading and { nb, heads, l, d } or { heads, l, d }
+    if r.chance(0.03) then s[#s - r.int(0, 2)] = r.int(0, 4) end
+    return s
+  end
+  local q, k, v = fresh(S, shape(h, lq, e), "randn"), fresh(S, shape(hkv, lk, e), "randn"),
+    fresh(S, shape(hkv, lk, ev), "randn")
+  local sane = q:size(-1) == k:size(-1) -- good options only, finite inputs: then finite results
+  local o = {}
+  if r.chance(0.8) then
+    if r.chance(0.9) then o.enable_gqa = group > 1 or r.chance(0.5) else o.enable_gqa = anyval(S) end
+  end
+  if group > 1 and o.enable_gqa ~= true then sane = false end
+  if r.chance(0.4) then
+    if r.chance(0.8) then o.window = { r.pick({ -1, 0, 1, 3, 20 }), r.pick({ -1, 0, 2 }) }
+    else o.window, sane = r.pick(BAD_WINDOWS), false end
+  end
+  if r.chance(0.3) then
+    local c = r.int(1, 6)
+    if c <= 3 then o.alibi_slopes = attn.alibi_slopes(h)
+    elseif c == 4 then o.alibi_slopes = attn.rand(nb, h)
+    else
+      o.alibi_slopes, sane = r.pick({ attn.rand(h + 1), attn.rand(2, nb, h), attn.rand(nb + 1, h), attn.full({ h }, 0 / 0),
+        attn.rand(0), 0.5, "x" }), false
+    end
+    if attn.is_tensor(o.alibi_slopes) then remember(S, o.alibi_slopes, "--[[slopes " .. table.concat(o.alibi_slopes:size(), "x") .. "]] attn.rand") end
+  end
+  if r.chance(0.3) then
+    if r.chance(0.7) then o.softcap = r.pick({ 0.5, 5, 30, 1e30 })
+    else o.softcap, sane = r.pick(BAD_SOFTCAPS), false end
+  end
+  if r.chance(0.3) then
+    if r.chance(0.9) then o.return_lse = r.chance(0.7) else o.return_lse = anyval(S) end
+  end
+  if r.chance(0.2) then o.is_causal = true end
+  if r.chance(0.2) then o.need_weights = true end
+  if r.chance(0.15) then
+    local m = attn.rand(lq, lk):gt(0.5)
+    remember(S, m, "attn.rand(" .. lq .. ", " .. lk .. "):gt(0.5)")
+    o.mask = m
+  end
+  if r.chance(0.1) then o.dropout_p = 0.3 end
+  if r.chance(0.5) then o.kernel = r.pick({ "flash", "math", "auto" }) end
+  local build, bsrc
+  if r.chance(0.5) then
+    local fn, fsrc, lazy = gen_mask_fn(S, lq, lk)
+    local bb, bh, blq, blk = r.pick({ 1, nb }), r.pick({ 1, h }), lq, lk
+    if r.chance(0.15) then
+      local c = r.int(1, 4)
+      if c == 1 then blq = lq + 1 elseif c == 2 then blk = r.int(0, 3) elseif c == 3 then bh = h + 1 else bb = nb + 2 end
+      sane = false
+    end
+    local bopts = r.chance(0.5) and { block = r.chance(0.9) and r.int(1, 20) or r.pick(HOSTILE_NUMBERS) } or nil
+    build = function()
+      return attn.block_mask(lazy and fn() or fn, bb, bh, blq, blk, bopts)
+    end
+    bsrc = ("attn.block_mask(%s, %d, %d, %d, %d, %s)"):format(fsrc, bb, bh, blq, blk, value_src(bopts, S.srcs))
+  end
+  local recorded = r.chance(0.4)
+  if r.chance(0.05) then q:fill_(r.pick(SPECIAL_VALUES)); sane = false end
+  local function call(qq, kk, vv, opts)
+    if build then
+      local ok, m = pcall(build)
+      if not ok then
+        -- a build error must name attn.block_mask; else raise a table (reported with the call)
+        if M.bad_message(m, { "attn.block_mask" }) then error({ block_mask_build = tostring(m) }) end
+        error(m, 0)
+      end
+      opts.block_mask = m
+    end
+    -- recorded: on fresh leaves, and the results detached, so no graph enters
+    -- the pool (the optimizer op sets requires_grad on pool tensors)
+    if recorded then qq, kk, vv = qq:clone():requires_grad_(), kk:clone():requires_grad_(), vv:clone():requires_grad_() end
+    local res = pack(attn.scaled_dot_product_attention(qq, kk, vv, opts))
+    if recorded then
+      res[1]:sum():backward()
+      if sane then
+        for _, x in ipairs({ qq, kk, vv }) do
+          if x.grad and not all_finite(x.grad) then error({ nonfinite_grad = true }) end
+        end
+      end
+    end
+    if sane and not all_finite(res[1]) then error({ nonfinite_out = true }) end
+    for i = 1, res.n do if attn.is_tensor(res[i]) then res[i] = res[i]:detach() end end
+    return table.unpack(res, 1, res.n)
+  end
+  local src = ("(function(q, k, v, o) --[[%sblock_mask = %s]] end)"):format(recorded and "recorded, backward; " or "",
+    bsrc or "none")
+  return call, pack(q, k, v, o), src, { "scaled_dot_product_attention", "attn.block_mask", "backward" }
 end)
 
 -- viz, writing to temporary files; show only returns its text

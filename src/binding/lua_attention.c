@@ -15,10 +15,10 @@ static const char *const SIMPLE = "attn.simple_attention";
 
 static const char *const option_names[] = {"mask",         "bias",       "is_causal",  "scale",
                                            "dropout_p",    "need_weights", "kernel",   "return_lse",
-                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", NULL};
+                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", "block_mask", NULL};
 #define OPTION_LIST                                                                                     \
   "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse, enable_gqa, window, " \
-  "alibi_slopes, softcap"
+  "alibi_slopes, softcap, block_mask"
 
 /* Every key of the opts table at arg must be a known option name. */
 static void check_option_keys(lua_State *L, int arg) {
@@ -76,39 +76,71 @@ static double number_option(lua_State *L, int arg, const char *name, int *presen
 }
 
 /* One side of opts.window: an integer >= -1 at index idx of the table on top. */
-static int64_t window_side(lua_State *L, int idx, const char *side) {
+static int64_t window_side(lua_State *L, int idx, const char *side, const char *fname) {
   lua_geti(L, -1, idx);
   int isint = 0;
   lua_Integer n = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
   if (!isint) {
     if (lua_type(L, -1) == LUA_TNUMBER)
-      attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %s)", side,
+      attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %s)", side,
                   lua_tostring(L, -1));
-    attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s of type %s)", side,
+    attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s of type %s)", side,
                 luaL_typename(L, -1));
   }
   if (n < -1)
-    attnL_error(L, SDPA, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %I)", side,
+    attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %I)", side,
                 (LUA_INTEGER)n);
   lua_pop(L, 1);
   return (int64_t)n;
 }
 
 /* opts.window = {left, right} into o. */
-static void window_option(lua_State *L, int arg, attn_sdpa_opts *o) {
+static void window_option(lua_State *L, int arg, const char *fname, attn_sdpa_opts *o) {
   lua_getfield(L, arg, "window");
   if (!lua_isnil(L, -1)) {
     if (!lua_istable(L, -1) || attnL_test(L, -1)) {
       char buf[64];
-      attnL_error(L, SDPA, "bad option 'window' (expected a table {left, right}, got %s)",
+      attnL_error(L, fname, "bad option 'window' (expected a table {left, right}, got %s)",
                   attnL_typename(L, -1, buf, sizeof buf));
     }
     if (luaL_len(L, -1) != 2)
-      attnL_error(L, SDPA, "bad option 'window' (expected a table {left, right} of 2 integers, got %I entries)",
+      attnL_error(L, fname, "bad option 'window' (expected a table {left, right} of 2 integers, got %I entries)",
                   (LUA_INTEGER)luaL_len(L, -1));
     o->has_window = 1;
-    o->window_left = window_side(L, 1, "left");
-    o->window_right = window_side(L, 2, "right");
+    o->window_left = window_side(L, 1, "left", fname);
+    o->window_right = window_side(L, 2, "right", fname);
+  }
+  lua_pop(L, 1);
+}
+
+void attnL_sdpa_variant_options(lua_State *L, int arg, const char *fname, attn_sdpa_opts *o) {
+  lua_getfield(L, arg, "enable_gqa");
+  if (lua_isboolean(L, -1))
+    o->enable_gqa = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    attnL_error(L, fname, "bad option 'enable_gqa' (expected a boolean, got %s)", luaL_typename(L, -1));
+  lua_pop(L, 1);
+  window_option(L, arg, fname, o);
+  lua_getfield(L, arg, "alibi_slopes"); /* stays on the stack */
+  if (!lua_isnil(L, -1)) {
+    o->alibi_slopes = attnL_test(L, -1);
+    if (!o->alibi_slopes) {
+      char buf[64];
+      attnL_error(L, fname, "bad option 'alibi_slopes' (expected attn.Tensor, got %s)",
+                  attnL_typename(L, -1, buf, sizeof buf));
+    }
+  }
+  lua_getfield(L, arg, "softcap");
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    double cap = (double)lua_tonumber(L, -1);
+    if (!(cap > 0.0 && cap <= (double)FLT_MAX) || !((float)cap > 0.0f)) {
+      char got[64];
+      snprintf(got, sizeof got, "%.9g", cap);
+      attnL_error(L, fname, "bad option 'softcap' (expected a number > 0, finite in float32, got %s)", got);
+    }
+    o->softcap = (float)cap;
+  } else if (!lua_isnil(L, -1)) {
+    attnL_error(L, fname, "bad option 'softcap' (expected a number, got %s)", luaL_typename(L, -1));
   }
   lua_pop(L, 1);
 }
@@ -162,19 +194,8 @@ static int l_sdpa(lua_State *L) {
     o.is_causal = bool_option(L, 4, "is_causal");
     need_weights = bool_option(L, 4, "need_weights");
     return_lse = bool_option(L, 4, "return_lse");
-    o.enable_gqa = bool_option(L, 4, "enable_gqa");
-    window_option(L, 4, &o);
-    o.alibi_slopes = tensor_option(L, 4, "alibi_slopes"); /* stays on the stack */
-    int have_cap;
-    double cap = number_option(L, 4, "softcap", &have_cap);
-    if (have_cap) {
-      if (!(cap > 0.0 && cap <= (double)FLT_MAX) || !((float)cap > 0.0f)) {
-        char got[64];
-        snprintf(got, sizeof got, "%.9g", cap);
-        attnL_error(L, SDPA, "bad option 'softcap' (expected a number > 0, finite in float32, got %s)", got);
-      }
-      o.softcap = (float)cap;
-    }
+    attnL_sdpa_variant_options(L, 4, SDPA, &o); /* alibi_slopes stays on the stack */
+    o.block_mask = attnL_block_mask_option(L, 4, SDPA); /* stays on the stack */
     scale = number_option(L, 4, "scale", &have_scale);
     /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {

@@ -6,12 +6,26 @@
 #include "cpu.h"
 #include "ops.h"
 
+/* the architecture this build was compiled for (under qemu-user, or on a
+ * machine whose /proc/cpuinfo describes another one, this is the truth) */
+#if defined(__x86_64__)
+#define ATTN_ARCH "x86_64"
+#elif defined(__aarch64__)
+#define ATTN_ARCH "aarch64"
+#elif defined(__i386__)
+#define ATTN_ARCH "i386"
+#elif defined(__riscv) && __riscv_xlen == 64
+#define ATTN_ARCH "riscv64"
+#else
+#define ATTN_ARCH "other"
+#endif
+
 /* attn.cpu_info() -> {kernel = "avx2", available = {"scalar", "avx2", ...},
  * forced = "avx2" (the ATTN_CPU value) or false, openblas_core = "Haswell",
- * threads = n (OpenMP's maximum)} */
+ * threads = n (OpenMP's maximum), arch = "x86_64"} */
 static int l_cpu_info(lua_State *L) {
   if (lua_gettop(L) > 0) return attnL_error(L, "attn.cpu_info", "expected no arguments, got %d", lua_gettop(L));
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, attn_cpu_kernels()->name);
   lua_setfield(L, -2, "kernel");
   lua_newtable(L);
@@ -31,6 +45,8 @@ static int l_cpu_info(lua_State *L) {
   lua_setfield(L, -2, "openblas_core");
   lua_pushinteger(L, omp_get_max_threads());
   lua_setfield(L, -2, "threads");
+  lua_pushstring(L, ATTN_ARCH);
+  lua_setfield(L, -2, "arch");
   return 1;
 }
 

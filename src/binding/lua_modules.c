@@ -15,6 +15,7 @@
 #include "rng.h"
 
 static const char *const FN = "attn.core.modules.attention_forward";
+static const char *const BWD = "attn.core.modules.attention_backward";
 
 /* The tensor at arg, NULL for nil; *ok = 0 when it is something else. */
 static const attn_tensor *opt_tensor(lua_State *L, int arg, int *ok) {
@@ -40,7 +41,12 @@ static attn_tensor corner(const attn_tensor *t, int64_t n) {
  *              corner hides where nonzero; the causal triangle takes the causal path
  * -> [..., n, d_out], or nil when the call is not one for the fused path.
  * attention_forward(..., mask, true) also returns the call's dropout draw (0
- * without dropout), which attention_backward takes. */
+ * without dropout), which attention_backward takes.
+ * attention_forward(..., mask, true, true) (the training forward) also
+ * returns what the backward would otherwise recompute: qkv [3, B n, d_out],
+ * o [B, heads, n, head_dim], c [B n, d_out] (nil without out_proj), saved
+ * (the softmax [B, heads, n, n] or the log-sum-exp [B, heads, n]) and the
+ * kernel (1 math, 2 flash); all nil for a tiny call (its backward recomputes). */
 
 /* The module of the arguments 1 to 16 into m (mask_corner holds the
  * mask's [n, n] corner when m->mask points to it); 0 when the call is not
@@ -91,7 +97,7 @@ static int l_attention_forward(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
   if (!read_module(L, &m, &mask_corner)) return 0;
-  int return_draw = lua_toboolean(L, 17);
+  int return_draw = lua_toboolean(L, 17), keep = return_draw && lua_toboolean(L, 18);
   lua_Integer d_in = lua_tointeger(L, 2);
   /* x as [B, n, d_in] (contiguous), out as [B, n, d_out] in x's leading shape */
   attn_tensor *x = attnL_push_contiguous(L, 1, FN);
@@ -112,29 +118,82 @@ static int l_attention_forward(lua_State *L) {
     m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
     dropout_holder = 1;
   }
-  if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
+  int kernel;
+  int64_t saved_floats;
+  keep = keep && attn_self_attention_keeps(&m, nb, size[nd - 2], d_in, &kernel, &saved_floats);
+  attn_self_attention_saved sv = {NULL, NULL, NULL, NULL, 0};
+  int state_at = lua_gettop(L) + 1; /* qkv, o, c (or nil), saved */
+  if (keep) {
+    int64_t n = size[nd - 2], h = m.heads, d_out = size[nd - 1], rows = nb * n;
+    int64_t qkv_size[3] = {3, rows, d_out}, o_size[4] = {nb, h, n, d_out / h}, c_size[2] = {rows, d_out};
+    int64_t s_size[4] = {nb, h, n, n};
+    sv.kernel = kernel;
+    sv.qkv = attnL_push_uninit(L, 3, qkv_size, FN)->data;
+    sv.o = attnL_push_uninit(L, 4, o_size, FN)->data;
+    if (m.wo) sv.c = attnL_push_uninit(L, 2, c_size, FN)->data;
+    else lua_pushnil(L);
+    sv.saved = attnL_push_uninit(L, kernel == ATTN_SDPA_MATH ? 4 : 3, s_size, FN)->data;
+  }
+  if ((keep ? attn_self_attention_forward_saving(&m, &x3, &out3, &sv) : attn_self_attention_forward(&m, &x3, &out3)) !=
+      ATTN_OK)
+    attnL_core_error(L, FN);
   if (!return_draw) {
     lua_pop(L, dropout_holder);
     return 1;
   }
   /* out, draw (for attention_backward): the MKL draw, or the holder of the keep flags */
-  attnL_push_dropout_draw(L, m.dropout_draw, dropout_holder ? lua_gettop(L) : 0);
-  if (dropout_holder) lua_remove(L, -2);
-  return 2;
+  lua_pushvalue(L, state_at - 1 - dropout_holder); /* out */
+  attnL_push_dropout_draw(L, m.dropout_draw, dropout_holder ? state_at - 1 : 0);
+  if (!lua_toboolean(L, 18)) return 2;
+  for (int i = 0; i < 4; i++) {
+    if (keep) lua_pushvalue(L, state_at + i);
+    else lua_pushnil(L);
+  }
+  if (keep) lua_pushinteger(L, kernel);
+  else lua_pushnil(L);
+  return 7;
 }
 
-static const char *const BWD = "attn.core.modules.attention_backward";
+/* The training forward's state at arguments at .. at + 4 (qkv, o, c, saved,
+ * kernel) into sv; 0 when argument at is nil (the backward recomputes). */
+static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in,
+                      attn_self_attention_saved *sv) {
+  if (lua_isnoneornil(L, at)) return 0;
+  int kernel;
+  int64_t saved_floats;
+  if (!attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats))
+    attnL_error(L, BWD, "bad argument #%d 'qkv' (a tiny call keeps no state: expected nil)", at);
+  int64_t d_out = m->wq->size[0], rows = nb * n;
+  int64_t want[4] = {3 * rows * d_out, rows * d_out, m->wo ? rows * d_out : 0, saved_floats};
+  static const char *const names[4] = {"qkv", "o", "c", "saved"};
+  float **slots[4] = {&sv->qkv, &sv->o, &sv->c, &sv->saved};
+  for (int i = 0; i < 4; i++) {
+    *slots[i] = NULL;
+    if (want[i] == 0 && lua_isnil(L, at + i)) continue;
+    attn_tensor *t = attnL_test(L, at + i);
+    if (!t || !attn_is_contiguous(t) || attn_numel(t) != want[i])
+      attnL_error(L, BWD, "bad argument #%d '%s' (expected the contiguous tensor of %I floats attention_forward "
+                  "kept for these sizes)", at + i, names[i], (lua_Integer)want[i]);
+    *slots[i] = t->data;
+  }
+  if (lua_tointeger(L, at + 4) != kernel)
+    attnL_error(L, BWD, "bad argument #%d 'kernel' (expected %d, the kernel of these sizes)", at + 4, kernel);
+  sv->kernel = kernel;
+  return 1;
+}
 
 /* attention_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask,
- *                    dout, draw)
+ *                    dout, draw[, qkv, o, c, saved, kernel])
  *   the arguments of an attention_forward call that ran (draw: the second result of
- *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape
+ *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape;
+ *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed)
  * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
  *    parameter (nil for a parameter the module lacks). */
 static int l_attention_backward(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
-  attnL_check_nargs(L, 18, BWD);
+  attnL_check_nargs(L, 23, BWD);
+  int with_state = !lua_isnoneornil(L, 19);
   if (!read_module(L, &m, &mask_corner))
     attnL_error(L, BWD, "arguments 1 to 16 are not those of a call attention_forward runs");
   attn_tensor *dout = attnL_check(L, 17, BWD, "dout");
@@ -176,7 +235,11 @@ static int l_attention_backward(lua_State *L) {
       lua_pushnil(L);
     }
   }
-  if (attn_self_attention_backward(&m, &x3, &dout3, &g) != ATTN_OK) attnL_core_error(L, BWD);
+  attn_self_attention_saved sv;
+  int kept = with_state && read_state(L, 19, &m, nb, n, d_in, &sv);
+  if ((kept ? attn_self_attention_backward_saved(&m, &x3, &dout3, &sv, &g) : attn_self_attention_backward(&m, &x3, &dout3, &g)) !=
+      ATTN_OK)
+    attnL_core_error(L, BWD);
   return 9;
 }
 

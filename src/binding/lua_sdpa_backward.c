@@ -3,7 +3,8 @@
  * in the public `attn` table (attn copies only core's functions).
  *
  *   out, saved, kernel, draw[, weights][, lse] = sdpa_forward(q, k, v[, opts[, fname]])
- *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse as
+ *     opts: mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse and
+ *     the variants (enable_gqa, window, alibi_slopes, softcap, block_mask) as
  *     attn.scaled_dot_product_attention's; kernel is the one that ran ("math"
  *     or "flash"); saved is what its backward needs: the softmax before
  *     dropout [B..., Lq, Lk] (math) or the log-sum-exp [B..., Lq] (flash);
@@ -11,11 +12,12 @@
  *     (need_weights) are the weights after dropout, as the public function's.
  *     fname (a string) names the function in error messages.
  *   dq, dk, dv, dbias = sdpa_backward(dout, q, k, v, out, saved, opts)
- *     opts: the forward's mask, bias, is_causal, scale, dropout_p, plus
+ *     opts: the forward's mask, bias, is_causal, scale, dropout_p and variants (block_mask too), plus
  *     kernel (required: what sdpa_forward returned), dropout_draw (its draw)
  *     bias_grad (default true: false skips dbias) and dweights (math only:
  *     the gradient of the weights output, [B..., Lq, Lk]). dq, dk, dv have the
- *     shapes of q, k, v (summed over the dims they were broadcast along);
+ *     shapes of q, k, v (summed over the dims they were broadcast along; with
+ *     enable_gqa, dk and dv sum each kv head's query heads in the core);
  *     dbias the shape of bias, or nil. */
 #include <float.h>
 #include <math.h>
@@ -61,10 +63,12 @@ typedef struct parsed_opts {
   int need_weights, return_lse, bias_grad, draw_idx; /* draw_idx: the dropout_draw option's stack slot, or 0 */
 } parsed_opts;
 
-static const char *const fwd_names[] = {"mask",         "bias",   "is_causal",  "scale", "dropout_p",
-                                        "need_weights", "kernel", "return_lse", NULL};
-static const char *const bwd_names[] = {"mask",   "bias",         "is_causal", "scale",    "dropout_p",
-                                        "kernel", "dropout_draw", "bias_grad", "dweights", NULL};
+static const char *const fwd_names[] = {"mask",       "bias",         "is_causal", "scale",      "dropout_p",
+                                        "need_weights", "kernel",     "return_lse", "enable_gqa", "window",
+                                        "alibi_slopes", "softcap",    "block_mask", NULL};
+static const char *const bwd_names[] = {"mask",       "bias",       "is_causal", "scale",        "dropout_p",
+                                        "kernel",     "dropout_draw", "bias_grad", "dweights",   "enable_gqa",
+                                        "window",     "alibi_slopes", "softcap",   "block_mask", NULL};
 
 static void check_keys(lua_State *L, int arg, const char *fname, const char *const *names) {
   lua_pushnil(L);
@@ -74,7 +78,7 @@ static void check_keys(lua_State *L, int arg, const char *fname, const char *con
     if (lua_type(L, -1) == LUA_TSTRING)
       for (int i = 0; names[i]; i++) known |= strcmp(lua_tostring(L, -1), names[i]) == 0;
     if (!known) {
-      char list[200] = "";
+      char list[400] = "";
       for (int i = 0; names[i]; i++) {
         if (i) strcat(list, ", ");
         strcat(list, names[i]);
@@ -138,12 +142,14 @@ static void parse_opts(lua_State *L, int arg, const char *fname, int backward, c
     po->o.mask = tensor_field(L, arg, fname, "mask");
     po->o.bias = tensor_field(L, arg, fname, "bias");
     po->o.is_causal = bool_field(L, arg, fname, "is_causal", 0);
+    po->o.block_mask = attnL_block_mask_option(L, arg, fname); /* stays on the stack */
     scale = number_field(L, arg, fname, "scale", &have_scale);
     if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
       char got[80];
       snprintf(got, sizeof got, "%.9g", scale);
       attnL_error(L, fname, "bad option 'scale' (expected a number finite in float32, got %s)", got);
     }
+    attnL_sdpa_variant_options(L, arg, fname, &po->o); /* alibi_slopes stays on the stack */
     int have_p;
     po->o.dropout_p = number_field(L, arg, fname, "dropout_p", &have_p);
     if (have_p && !(po->o.dropout_p >= 0.0 && po->o.dropout_p < 1.0))
@@ -192,11 +198,13 @@ static int l_sdpa_forward(lua_State *L) {
   parse_opts(L, 4, FN, 0, q, &po);
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
-  if (attn_sdpa_shape(q, k, v, po.o.mask, po.o.bias, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
+  if (attn_sdpa_out_shape(q, k, v, &po.o, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
   int64_t nb = attn_sizes_product(ndim - 2, size), lk = k->size[k->ndim - 2];
   const char *why;
-  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(po.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
-                                                    size[ndim - 1], po.need_weights, &why);
+  /* the choice the unrecorded call makes (attn_sdpa_run), so both give the same bits */
+  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel_for(po.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
+                                                        size[ndim - 1], po.need_weights,
+                                                        attn_sdpa_gqa_group_of(q, k, &po.o), &po.o, &why);
   if (kernel == ATTN_SDPA_AUTO) attnL_error(L, FN, "%s; use kernel = \"math\" or \"auto\"", why);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, FN);
   size[ndim - 1] = lk;
@@ -265,7 +273,7 @@ static int l_sdpa_backward(lua_State *L) {
   parse_opts(L, 7, BWD, 1, q, &po);
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
-  if (attn_sdpa_shape(q, k, v, po.o.mask, po.o.bias, &ndim, size) != ATTN_OK) attnL_core_error(L, BWD);
+  if (attn_sdpa_out_shape(q, k, v, &po.o, &ndim, size) != ATTN_OK) attnL_core_error(L, BWD);
   char b1[200], b2[200];
   if (!same_sizes(dout, ndim, size))
     attnL_error(L, BWD, "bad argument #1 'dout' (expected the shape of out %s, got %s)",
@@ -300,10 +308,15 @@ static int l_sdpa_backward(lua_State *L) {
   attn_sdpa_grads g = {NULL, NULL, NULL, NULL};
   want[ndim - 2] = lq, want[ndim - 1] = e;
   g.dq = push_grad(L, q, ndim, want);
+  /* dk, dv: one per kv head (enable_gqa: the group's query heads summed in the
+   * core; a group of 1 is plain attention, its gradients broadcast as q's) */
+  int gqa = po.o.enable_gqa && q->size[q->ndim - 3] > k->size[k->ndim - 3];
+  if (gqa) want[ndim - 3] = k->size[k->ndim - 3];
   want[ndim - 2] = lk;
   g.dk = push_grad(L, k, ndim, want);
   want[ndim - 1] = ev;
   g.dv = push_grad(L, v, ndim, want);
+  if (gqa) want[ndim - 3] = size[ndim - 3];
   if (po.o.bias && po.bias_grad) {
     want[ndim - 2] = lq, want[ndim - 1] = lk;
     g.dbias = push_grad(L, po.o.bias, ndim, want);

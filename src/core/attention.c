@@ -5,6 +5,8 @@
  *   Qs = fl(q * scale)            [R, E]    (packed, as torch 1.13 scales q)
  *   S  = Qs k^T                   [R, Lk]   (cblas_sgemm, k strided or packed)
  *   S  = S + bias, hidden or not visible -> -inf  (attn_sdpa_modify_tile)
+ *        (a block mask: both products and the softmax over the span of
+ *        key blocks the rows see; the weights outside it are 0)
  *   row softmax (all hidden -> zeros; lse when asked for), dropout
  *   O  = S v                      [R, Ev]   (cblas_sgemm)
  *
@@ -58,30 +60,60 @@ typedef struct sdpa_ctx {
   size_t off_kp, off_vp, off_s, off_f;
 } sdpa_ctx;
 
+/* The row's max, or its first NaN: eight independent running maxima (a
+ * chain the compiler can keep in vector registers, where one max with a NaN
+ * test per element was a branchy serial chain), NaN found by a separate OR;
+ * only a row holding a NaN is walked again for the first one. The order of
+ * the maxima does not matter: the max of floats is exact, and a -0 against a
+ * +0 gives the same exp(s - max) and lse. */
+static float row_max(const float *s, int64_t lk) {
+  float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int nan = 0;
+  int64_t j = 0;
+  for (; j + 8 <= lk; j += 8)
+    for (int l = 0; l < 8; l++) {
+      float v = s[j + l];
+      nan |= v != v;
+      m[l] = v > m[l] ? v : m[l];
+    }
+  for (; j < lk; j++) {
+    nan |= s[j] != s[j];
+    m[0] = s[j] > m[0] ? s[j] : m[0];
+  }
+  if (nan)
+    for (j = 0; j < lk; j++)
+      if (s[j] != s[j]) return s[j];
+  float mx = m[0];
+  for (int l = 1; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
+  return mx;
+}
+
 int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < lk; j++) {
-    if (s[j] > mx || s[j] != s[j]) mx = s[j];
-    if (mx != mx) break;
-  }
+  /* hidden keys at the end of the row (the causal mask's) are exp(-inf) = 0
+   * and add 0 to the sum: they are zeroed, not computed (the same bits) */
+  int64_t visible = lk;
+  while (visible > 0 && s[visible - 1] == -INFINITY) visible--;
+  float mx = row_max(s, visible);
+  if (mx != mx) visible = lk; /* NaN everywhere, the hidden keys' too */
   if (mx == -INFINITY) { /* every key hidden (or no key): zeros, not NaN */
     memset(s, 0, (size_t)lk * sizeof(float));
     if (lse) *lse = -INFINITY;
     return 1;
   }
+  memset(s + visible, 0, (size_t)(lk - visible) * sizeof(float));
   double sum = 0.0;
-  for (int64_t j = 0; j < lk; j++) {
-    float x = expf(s[j] - mx);
+  for (int64_t j = 0; j < visible; j++) {
+    float x = s[j] == -INFINITY && mx == mx ? 0.0f : expf(s[j] - mx); /* exp(-inf - max) = 0 unless max is NaN */
     s[j] = x;
     sum += (double)x;
   }
   if (lse) *lse = attn_sdpa_lse_of(mx, sum);
   float inv = (float)(1.0 / sum);
-  for (int64_t j = 0; j < lk; j++) s[j] *= inv;
+  for (int64_t j = 0; j < visible; j++) s[j] *= inv;
   if (dropout_p > 0.0) {
     attn_dropout_factors(dropout_draw, dropout_p, position, lk, f);
-    for (int64_t j = 0; j < lk; j++) s[j] *= f[j];
+    for (int64_t j = 0; j < visible; j++) s[j] *= f[j];
   }
   return 0;
 }
@@ -137,18 +169,27 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
    * below would not give when v holds NaN or inf (0 * NaN) */
   unsigned char hidden[ATTN_ROW_BLOCK];
   int any_hidden = 0;
+  /* a block mask: the products and the softmax run over the span of key
+   * blocks some row of the item sees; outside it every weight is 0 */
+  attn_key_range span = attn_sdpa_block_keys(p, &sl, r0, rows, 0, lk);
+  int64_t kb = span.begin, kn = span.end - span.begin;
   if (lk > 0) {
-    if (e > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)lk,
-                  (blasint)e, 1.0f, qs, (blasint)e, k, (blasint)ldk, 0.0f, s, (blasint)lk);
-    else
-      memset(s, 0, (size_t)(rows * lk) * sizeof(float));
-    attn_sdpa_modify_tile(p, &sl, r0, rows, 0, lk, s, lk, 1);
+    if (kn > 0 && e > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_k ? CblasNoTrans : c->ktr, (blasint)rows, (blasint)kn,
+                  (blasint)e, 1.0f, qs, (blasint)e, k + (c->pack_k || c->ktr == CblasNoTrans ? kb : kb * ldk),
+                  (blasint)ldk, 0.0f, s + kb, (blasint)lk);
+    if (kn > 0 && e == 0)
+      for (int64_t i = 0; i < rows; i++) memset(s + i * lk + kb, 0, (size_t)kn * sizeof(float));
+    if (kn > 0) attn_sdpa_modify_tile(p, &sl, r0, rows, kb, kn, s + kb, lk, 1);
     for (int64_t i = 0; i < rows; i++) {
       int64_t position = (bi * lq + r0 + i) * lk;
-      /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits) */
-      hidden[i] = (unsigned char)attn_softmax_dropout_row(s + i * lk, lk, p->probs ? 0.0 : p->dropout_p,
-                                                          p->dropout_draw, position, w + c->off_f, lse ? lse + i : NULL);
+      float *si = s + i * lk;
+      /* with probs asked for, the softmax is kept before dropout multiplies it (the same bits); outside the
+       * span the weights are 0 */
+      hidden[i] = (unsigned char)attn_softmax_dropout_row(si + kb, kn, p->probs ? 0.0 : p->dropout_p, p->dropout_draw,
+                                                          position + kb, w + c->off_f, lse ? lse + i : NULL);
+      if (kb > 0) memset(si, 0, (size_t)kb * sizeof(float));
+      if (kb + kn < lk) memset(si + kb + kn, 0, (size_t)(lk - kb - kn) * sizeof(float));
       if (p->probs) keep_probs(p, s + i * lk, p->probs->data + position, position, hidden[i], w + c->off_f);
       any_hidden |= hidden[i];
     }
@@ -156,9 +197,10 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
     for (int64_t i = 0; i < rows; i++) lse[i] = -INFINITY;
   }
   if (ev > 0) {
-    if (lk > 0)
+    if (kn > 0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, c->pack_v ? CblasNoTrans : c->vtr, (blasint)rows, (blasint)ev,
-                  (blasint)lk, 1.0f, s, (blasint)lk, v, (blasint)ldv, 0.0f, o, (blasint)ev);
+                  (blasint)kn, 1.0f, s + kb, (blasint)lk, v + (c->pack_v || c->vtr == CblasNoTrans ? kb * ldv : kb),
+                  (blasint)ldv, 0.0f, o, (blasint)ev);
     else
       memset(o, 0, (size_t)(rows * ev) * sizeof(float));
     if (any_hidden)

@@ -37,6 +37,19 @@ typedef struct attn_flash_kernels {
    * backward's probabilities from the log-sum-exp m, finite; x - m about <= 0,
    * -inf gives 0). */
   void (*exp_minus)(float *x, int64_t n, float m);
+  /* Decoding (src/core/flash_decode.c; src/core/kernel_decode.h): few query
+   * rows, each K and V row read once, scores row-major (keys contiguous).
+   * rows_dot: st[r * ld + j] = sum over d < e of q[r * e + d] * k[j * sk + d],
+   * for r < rows, j < kn (K rows contiguous). softmax_row: softmax_step16's
+   * step for one row of n scores s[0, n) (m, l, rescale: that row's).
+   * rows_axpy: o[r * ev + d] += sum over j < kn (increasing) of
+   * p[r * ld + j] * v[j * sv + d], for r < rows, d < ev (V rows contiguous).
+   * Every sum's order is fixed by the sizes. */
+  void (*rows_dot)(const float *q, int64_t rows, int64_t e, const float *k, int64_t sk, int64_t kn, float *st,
+                   int64_t ld);
+  void (*softmax_row)(float *s, int64_t n, float *m, float *l, float *rescale);
+  void (*rows_axpy)(const float *p, int64_t ld, int64_t rows, const float *v, int64_t sv, int64_t kn, int64_t ev,
+                    float *o);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */

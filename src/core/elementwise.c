@@ -18,6 +18,29 @@ static inline float pow_f(float a, float b) {
   return powf(a, b);
 }
 
+/* torch.remainder (Python's %: the sign of the divisor), as PyTorch's CPU
+ * kernel computes it: fmod, then the divisor added where the signs differ;
+ * -0 % 3 stays -0 and x % 0 is NaN. */
+static inline float remainder_f(float a, float b) {
+  float m = fmodf(a, b);
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) m += b;
+  return m;
+}
+
+/* torch.floor_divide (Python's //), PyTorch's div_floor: from the exact
+ * fmod rather than floorf(a / b), whose rounded quotient can land on the
+ * next integer; x // 0 is x / 0 (inf or NaN), a zero keeps a / b's sign. */
+static inline float floor_divide_f(float a, float b) {
+  if (b == 0.0f) return a / b;
+  float m = fmodf(a, b);
+  float d = (a - m) / b;
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d -= 1.0f;
+  if (d == 0.0f) return copysignf(0.0f, a / b);
+  float f = floorf(d);
+  if (d - f > 0.5f) f += 1.0f;
+  return f;
+}
+
 /* NaN propagating maximum/minimum (torch.maximum). */
 static inline float max_f(float a, float b) {
   if (a != a || b != b) return a + b;

@@ -13,7 +13,9 @@
  *   m = -inf, l = 0, Ot = 0                     Ot [Ev, BQ] in scratch
  *   for each key block [k0, k0 + bk), bk <= BK, in increasing k0, within the
  *   keys some row of the item sees (causal: blocks wholly above the diagonal
- *   are never visited):
+ *   are never visited; a block mask: cut to the span of its blocks that are
+ *   not empty for the item's rows, a tile with none is never visited, and
+ *   its full blocks cost no mask work in attn_sdpa_modify_tile):
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
  *     St += bias^T, hidden or outside the row's visible keys -> -inf; a
  *       block that some rows see only in part (causal: one that crosses the
@@ -68,6 +70,22 @@
 
 const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
 
+int attn_flash_tile_layout(attn_flash_tile *t, size_t *block, int64_t e, int64_t ev) {
+  int ok = attn_sdpa_add_floats(block, e, BQ); /* qt */
+  t->s = *block;
+  ok = ok && attn_sdpa_add_floats(block, BK, BQ);
+  t->o = *block;
+  ok = ok && attn_sdpa_add_floats(block, ev, BQ);
+  t->m = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->l = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->a = *block;
+  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
+  t->f = *block;
+  return ok && attn_sdpa_add_floats(block, BK, 1);
+}
+
 /* ---------------------------------------------------------------- context */
 
 typedef struct flash_ctx {
@@ -75,7 +93,7 @@ typedef struct flash_ctx {
   const attn_flash_kernels *kr;    /* the instruction set's micro-kernel and softmax step */
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f; /* offsets in the per-thread scratch, in floats */
+  attn_flash_tile off;             /* the per-thread scratch's layout */
 } flash_ctx;
 
 /* One work item's state: its slice, its rows and its scratch tiles. */
@@ -131,12 +149,12 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   int64_t r0 = t.r0, rows = t.rows;
   int64_t rows_p = (rows + MR - 1) / MR * MR; /* padded rows: zero queries, never written out */
   t.qt = w;
-  t.st = w + c->off_s;
-  t.ot = w + c->off_o;
-  t.m = w + c->off_m;
-  t.l = w + c->off_l;
-  t.a = w + c->off_a;
-  t.f = w + c->off_f;
+  t.st = w + c->off.s;
+  t.ot = w + c->off.o;
+  t.m = w + c->off.m;
+  t.l = w + c->off.l;
+  t.a = w + c->off.a;
+  t.f = w + c->off.f;
 
   attn_sdpa_load_q(p, &t.sl, r0, rows, t.qt, 1, BQ);
   for (int64_t d = 0; d < e; d++)
@@ -156,17 +174,23 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   attn_key_range seen = attn_sdpa_rows_keys(p, r0, rows), common = attn_sdpa_common_keys(p, r0, rows);
   for (int64_t k0 = seen.begin; k0 < seen.end; k0 += BK) {
     int64_t bk = seen.end - k0 < BK ? seen.end - k0 : BK;
-    if (k0 < common.begin || k0 + bk > common.end) {
+    /* a block mask's empty blocks are never visited: the tile is cut to the
+     * span of blocks that some of its rows may see (none: skipped) */
+    attn_key_range tk = attn_sdpa_block_keys(p, &t.sl, r0, rows, k0, k0 + bk);
+    if (tk.end <= tk.begin) continue;
+    if (tk.begin < common.begin || tk.end > common.end) {
       /* a block that some rows see only in part (causal: it crosses the
        * diagonal): each group of 16 rows visits only the keys it sees
        * (scores, softmax and P V), instead of the whole rectangle cut after */
       for (int64_t g = 0; g < rows; g += MR) {
-        attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g, rows - g < MR ? rows - g : MR);
-        int64_t kb = gk.begin > k0 ? gk.begin : k0, ke = gk.end < k0 + bk ? gk.end : k0 + bk;
-        if (ke > kb) key_step(c, &t, g, MR, kb, ke - kb); /* else the group sees none: nothing changes */
+        int64_t gn = rows - g < MR ? rows - g : MR;
+        attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g, gn);
+        int64_t kb = gk.begin > tk.begin ? gk.begin : tk.begin, ke = gk.end < tk.end ? gk.end : tk.end;
+        attn_key_range gb = attn_sdpa_block_keys(p, &t.sl, r0 + g, gn, kb, ke > kb ? ke : kb);
+        if (gb.end > gb.begin) key_step(c, &t, g, MR, gb.begin, gb.end - gb.begin); /* else nothing changes */
       }
     } else {
-      key_step(c, &t, 0, rows_p, k0, bk);
+      key_step(c, &t, 0, rows_p, tk.begin, tk.end - tk.begin);
     }
   }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */
@@ -200,22 +224,9 @@ attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const at
   /* a few query rows against many keys: split across the keys (src/core/flash_decode.c) */
   if (attn_flash_decode_applies(&c.p)) return attn_flash_decode(&c.p, out);
 
-  /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, c.p.e, BQ);
-  c.off_s = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
-  c.off_o = block;
-  ok = ok && attn_sdpa_add_floats(&block, c.p.ev, BQ);
-  c.off_m = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_l = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_a = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_f = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  int ok = attn_flash_tile_layout(&c.off, &block, c.p.e, c.p.ev);
   attn_sdpa_work work;
   if ((st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work)) != ATTN_OK) return st;
 

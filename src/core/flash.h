@@ -30,6 +30,17 @@
 attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_sdpa_opts *opts, attn_tensor *out);
 
+/* The per-thread tile scratch of the flash forward, shared by its split-K
+ * decoding path (flash_decode.c): offsets in floats from the block's start,
+ * qt [E, BQ] at 0, then st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK]. */
+typedef struct attn_flash_tile {
+  size_t s, o, m, l, a, f;
+} attn_flash_tile;
+
+/* Lays that scratch out from *block (in floats, advanced past it); 0 when a
+ * size overflows size_t. */
+int attn_flash_tile_layout(attn_flash_tile *t, size_t *block, int64_t e, int64_t ev);
+
 /* The instruction set of the kernel in use: "scalar", "avx2" or "avx512" (src/core/cpu.h). */
 const char *attn_flash_exp_impl(void);
 

@@ -15,6 +15,26 @@
  *       on the head's columns, with the head's slice)
  *     online softmax (m, l, normalised Ot), dropout, Ot = a Ot + V_blk^T Pt
  *   partial[item][r] = (m_r, l_r, Ot[:, r])  [R, Ev + 2]
+ * For R <= 8 (Lq = 1 decoding, GQA groups up to 8 heads) the item runs row
+ * by row instead (run_chunk_rows): the tile products above pad R to 16 rows,
+ * 16 times the arithmetic of one row, which made Lq = 1 compute-bound:
+ *   Q = fl(q * scale) [R, E], O [R, Ev], S [R, bk] row-major; per key block:
+ *     S = Q K_blk^T    rows_dot: each K row loaded once, dotted with the R
+ *                      query rows (E = 64: the queries stay in registers)
+ *     S: the same modifications; softmax_row per row (vectors over keys)
+ *     O = a O + P V_blk  rows_axpy: each V row loaded once, O in registers
+ *   (strided K or V rows are packed per block first: the same bits as a
+ *   contiguous copy).
+ *   Measured (one thread, K/V of 8192 keys in L2, E 64, AVX-512, load ~7 on
+ *   2 cores): 7.2 ns per key row for R = 1 (16.4 with the padded tiles), 13.4
+ *   ns for R = 4 (21.1); a key row's K and V are 512 bytes, so one thread
+ *   computes at ~70 GB/s (R = 1) and decoding is left to memory. scripts/
+ *   bench.lua --threads 2 (Lk 65536, 8 kv heads), x the same run's membw:
+ *   decode 0.98, 1.19, 0.80 (three runs at load 2.6; 32.6 GB/s of membw's
+ *   33.3 in the first) and 1.00, 1.00 (load 7; 0.63 before this path);
+ *   decode_gqa 0.98, 0.38, 0.66 and 0.91, 0.72: with R = 4 rows it computes
+ *   twice as long per key, so a core shared with other jobs costs it more.
+ *   The math kernel: 0.30 to 0.40 x and 0.08 to 0.13 x.
  * then per (group, row): M = max_c m_c, L = sum_c exp(m_c - M) l_c,
  *   out = sum_c exp(m_c - M) l_c Ot_c / L, lse = M + log L (double sums),
  *   zeros and -inf where no chunk saw a key.
@@ -53,7 +73,9 @@ typedef struct decode_ctx {
   const attn_sdpa_problem *p;
   const attn_flash_kernels *kr;
   int64_t g, rows, rows_p, nchunk; /* heads per group, stacked rows R, padded, chunks per group */
-  size_t off_s, off_o, off_m, off_l, off_a, off_f;
+  int row_wise;                    /* run_chunk_rows (few rows) instead of run_chunk */
+  attn_flash_tile off;             /* the flash forward's per-thread scratch (flash.h) */
+  size_t off_kp, off_vp;           /* then packed K and V blocks */
   float *partial;                  /* [groups * nchunk][R][Ev + 2]: m, l, Ot row */
 } decode_ctx;
 
@@ -76,8 +98,8 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
   int64_t gi = item / c->nchunk, ci = item % c->nchunk;
   int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows, rows_p = c->rows_p;
-  float *qt = w, *st = w + c->off_s, *ot = w + c->off_o, *m = w + c->off_m, *l = w + c->off_l, *a = w + c->off_a,
-        *f = w + c->off_f;
+  float *qt = w, *st = w + c->off.s, *ot = w + c->off.o, *m = w + c->off.m, *l = w + c->off.l, *a = w + c->off.a,
+        *f = w + c->off.f;
   attn_sdpa_slice sl[BQ];
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_slice_at(p, gi * g + hh, &sl[hh]);
   for (int64_t hh = 0; hh < g; hh++) attn_sdpa_load_q(p, &sl[hh], 0, lq, qt + hh * lq, 1, BQ);
@@ -94,6 +116,14 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
+    if (sl[0].blocks.kind) { /* a block mask: a key block empty for every head of the group is skipped */
+      int seen_any = 0;
+      for (int64_t hh = 0; hh < g && !seen_any; hh++) {
+        attn_key_range bk = attn_sdpa_block_keys(p, &sl[hh], 0, lq, k0, k0 + kn);
+        seen_any = bk.end > bk.begin;
+      }
+      if (!seen_any) continue;
+    }
     prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
     /* St = K_blk Qt */
     if (e > 0)
@@ -119,6 +149,73 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
     pr[0] = m[r];
     pr[1] = l[r];
     for (int64_t d = 0; d < ev; d++) pr[2 + d] = ot[d * BQ + r];
+  }
+}
+
+/* Rows [k0, k0 + kn) of x (row stride s0, column stride s1) as contiguous
+ * rows of n floats: the row-wise kernels read a strided K or V from here, so
+ * a view gives the bits of its contiguous copy. */
+static const float *packed_rows(const float *x, int64_t s0, int64_t s1, int64_t k0, int64_t kn, int64_t n,
+                                float *pack) {
+  if (s1 == 1) return x + k0 * s0;
+  for (int64_t j = 0; j < kn; j++)
+    for (int64_t d = 0; d < n; d++) pack[j * n + d] = x[(k0 + j) * s0 + d * s1];
+  return pack;
+}
+
+/* run_chunk for R <= ROW_WISE_MAX rows: the same steps row by row, without
+ * the tile products and the softmax step padded to 16 rows, which for R = 1
+ * did 16 times the arithmetic a row needs and made decoding compute-bound.
+ * Q [R, E], S [R, BK] (keys contiguous) and O [R, Ev] are row-major. Per key
+ * block: S = Q K_blk^T by rows_dot (each K row loaded once for the R rows),
+ * the score modification, softmax_row per row (vectors over the keys),
+ * O = a O + P V_blk by rows_axpy (each V row loaded once, O in registers). */
+#define ROW_WISE_MAX 8
+
+static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
+  const attn_sdpa_problem *p = c->p;
+  int64_t gi = item / c->nchunk, ci = item % c->nchunk;
+  int64_t g = c->g, lq = p->lq, e = p->e, ev = p->ev, rows = c->rows;
+  float *qr = w, *s = w + c->off.s, *o = w + c->off.o, *m = w + c->off.m, *l = w + c->off.l, *a = w + c->off.a,
+        *f = w + c->off.f;
+  attn_sdpa_slice sl[ROW_WISE_MAX];
+  for (int64_t hh = 0; hh < g; hh++) attn_sdpa_slice_at(p, gi * g + hh, &sl[hh]);
+  for (int64_t hh = 0; hh < g; hh++) attn_sdpa_load_q(p, &sl[hh], 0, lq, qr + hh * lq * e, e, 1);
+  for (int64_t i = 0; i < rows; i++) m[i] = -INFINITY, l[i] = 0.0f;
+  memset(o, 0, (size_t)(rows * ev) * sizeof(float));
+  int64_t sk0 = attn_sdpa_row_stride(p, &p->k), sk1 = attn_sdpa_col_stride(p, &p->k);
+  int64_t sv0 = attn_sdpa_row_stride(p, &p->v), sv1 = attn_sdpa_col_stride(p, &p->v);
+  const float *k = sl[0].k, *v = sl[0].v; /* the group's kv head: the same for its g slices */
+
+  attn_key_range seen = attn_sdpa_rows_keys(p, 0, lq);
+  int64_t kb = ci * CHUNK > seen.begin ? ci * CHUNK : seen.begin;
+  int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
+  for (int64_t k0 = kb; k0 < ke; k0 += BK) {
+    int64_t kn = ke - k0 < BK ? ke - k0 : BK;
+    prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
+    const float *k_rows = packed_rows(k, sk0, sk1, k0, kn, e, w + c->off_kp);
+    c->kr->rows_dot(qr, rows, e, k_rows, sk1 == 1 ? sk0 : e, kn, s, BK);
+    for (int64_t hh = 0; hh < g; hh++) attn_sdpa_modify_tile(p, &sl[hh], 0, lq, k0, kn, s + hh * lq * BK, BK, 1);
+    for (int64_t r = 0; r < rows; r++) c->kr->softmax_row(s + r * BK, kn, m + r, l + r, a + r);
+    if (p->dropout_p > 0.0) {
+      for (int64_t r = 0; r < rows; r++) {
+        int64_t bi = gi * g + r / lq, i = r % lq;
+        attn_dropout_factors(p->dropout_draw, p->dropout_p, (bi * lq + i) * p->lk + k0, kn, f);
+        for (int64_t j = 0; j < kn; j++) s[r * BK + j] *= f[j];
+      }
+    }
+    for (int64_t r = 0; r < rows; r++)
+      if (a[r] != 1.0f) /* (a product by 1 changes nothing) */
+        for (int64_t d = 0; d < ev; d++) o[r * ev + d] *= a[r];
+    const float *v_rows = packed_rows(v, sv0, sv1, k0, kn, ev, w + c->off_vp);
+    c->kr->rows_axpy(s, BK, rows, v_rows, sv1 == 1 ? sv0 : ev, kn, ev, o);
+  }
+  float *part = c->partial + item * rows * (ev + 2);
+  for (int64_t r = 0; r < rows; r++) {
+    float *pr = part + r * (ev + 2);
+    pr[0] = m[r];
+    pr[1] = l[r];
+    memcpy(pr + 2, o + r * ev, (size_t)ev * sizeof(float));
   }
 }
 
@@ -160,23 +257,15 @@ attn_status attn_flash_decode(const attn_sdpa_problem *p, attn_tensor *out) {
   c.rows = c.g * p->lq;
   c.rows_p = (c.rows + MR - 1) / MR * MR;
   c.nchunk = (p->lk + CHUNK - 1) / CHUNK;
+  c.row_wise = c.rows <= ROW_WISE_MAX && p->e > 0;
   int64_t nb = attn_sizes_product(p->nbatch, p->batch), ngroups = nb / c.g;
 
-  /* per-thread block: qt [E, BQ], st [BK, BQ], ot [Ev, BQ], m, l, a [BQ], f [BK] */
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, p->e, BQ);
-  c.off_s = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, BQ);
-  c.off_o = block;
-  ok = ok && attn_sdpa_add_floats(&block, p->ev, BQ);
-  c.off_m = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_l = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_a = block;
-  ok = ok && attn_sdpa_add_floats(&block, BQ, 1);
-  c.off_f = block;
-  ok = ok && attn_sdpa_add_floats(&block, BK, 1);
+  int ok = attn_flash_tile_layout(&c.off, &block, p->e, p->ev);
+  c.off_kp = block; /* packed K and V blocks [BK, E], [BK, Ev] (row-wise path, strided K or V) */
+  ok = ok && attn_sdpa_add_floats(&block, BK, p->e);
+  c.off_vp = block;
+  ok = ok && attn_sdpa_add_floats(&block, BK, p->ev);
   attn_sdpa_work work;
   /* items: nb / g groups x chunks (plan_work counts nb slices x nblk) */
   attn_status st = attn_sdpa_plan_work(p, c.nchunk, block, ok, &work);
@@ -195,7 +284,12 @@ attn_status attn_flash_decode(const attn_sdpa_problem *p, attn_tensor *out) {
   {
     float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < work.items; it++) run_chunk(&c, it, w);
+    for (int64_t it = 0; it < work.items; it++) {
+      if (c.row_wise)
+        run_chunk_rows(&c, it, w);
+      else
+        run_chunk(&c, it, w);
+    }
   }
   free(work.scratch);
 

@@ -141,4 +141,45 @@ static void exp_minus(float *x, int64_t n, float m) {
   }
 }
 
-const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16, exp_minus};
+/* Decoding: 8-float vectors, partial ones through a lane mask; 2 rows x 4
+ * vectors of output accumulators (8 of the 16 registers). */
+#define VEC __m256
+#define VW 8
+#define DOT_ROWS 4
+#define DOT_QREGS 8
+#define AXPY_ROWS 2
+#define AXPY_VECS 4
+static inline __m256i lanes_below(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline __m256 vzero(void) { return _mm256_setzero_ps(); }
+static inline __m256 vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 vload_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, lanes_below(n)); }
+static inline void vstore(float *p, __m256 x) { _mm256_storeu_ps(p, x); }
+static inline void vstore_n(float *p, __m256 x, int64_t n) { _mm256_maskstore_ps(p, lanes_below(n), x); }
+static inline __m256 vset1(float x) { return _mm256_set1_ps(x); }
+static inline __m256 vload_fill(const float *p, int64_t n, float f) {
+  __m256i in = lanes_below(n);
+  return _mm256_blendv_ps(_mm256_set1_ps(f), _mm256_maskload_ps(p, in), _mm256_castsi256_ps(in));
+}
+static inline __m256 vadd(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+static inline __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+static inline __m256 vmul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+static inline __m256 vmax(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+static inline __m256 vexp(__m256 x) { return exp8(x); }
+static inline float vhmax(__m256 x) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+static inline float vsum(__m256 x) { /* (lanes 0-3 + 4-7), then pairs: a fixed tree */
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#include "kernel_decode.h"
+
+const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};

@@ -143,4 +143,62 @@ static void exp_minus(float *x, int64_t n, float m) {
   }
 }
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16, exp_minus};
+/* Decoding: 16-float vectors, partial ones through a lane mask; 4 rows x 4
+ * vectors of output accumulators (16 of the 32 registers). */
+#define VEC __m512
+#define VW 16
+#define DOT_ROWS 4
+#define DOT_QREGS 16
+#define AXPY_ROWS 4
+#define AXPY_VECS 4
+static inline __m512 vzero(void) { return _mm512_setzero_ps(); }
+static inline __m512 vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 vload_n(const float *p, int64_t n) {
+  return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+static inline void vstore(float *p, __m512 x) { _mm512_storeu_ps(p, x); }
+static inline void vstore_n(float *p, __m512 x, int64_t n) {
+  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), x);
+}
+static inline __m512 vset1(float x) { return _mm512_set1_ps(x); }
+static inline __m512 vload_fill(const float *p, int64_t n, float f) {
+  return _mm512_mask_loadu_ps(_mm512_set1_ps(f), (__mmask16)((1u << n) - 1u), p);
+}
+static inline __m512 vadd(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+static inline __m512 vsub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+static inline __m512 vmul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+static inline __m512 vmax(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+static inline __m512 vexp(__m512 x) { return exp16(x); }
+static inline float vhmax(__m512 x) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(x),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline __m512 vfma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline float vsum(__m512 x) { /* halves, then quarters, ...: a fixed tree */
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+/* out = the lane sums of a, b, c, d through one tree: pairs within each
+ * 128-bit lane (unpack + add twice), then the four lanes (halves twice). */
+#define HAVE_VSUM4 1
+static inline void vsum4(__m512 a, __m512 b, __m512 c, __m512 d, float *out) {
+  __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+  __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+#include "kernel_decode.h"
+
+const attn_flash_kernels attn_kernels_avx512 = {"avx512", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};

@@ -65,4 +65,27 @@ static void exp_minus(float *x, int64_t n, float m) {
   for (int64_t j = 0; j < n; j++) x[j] = expf(x[j] - m);
 }
 
-const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16, exp_minus};
+/* Decoding: one float per "vector", products and sums rounded one by one. */
+#define VEC float
+#define VW 1
+#define DOT_ROWS 4
+#define AXPY_ROWS 4
+#define AXPY_VECS 8
+static inline float vzero(void) { return 0.0f; }
+static inline float vload(const float *p) { return *p; }
+static inline float vload_n(const float *p, int64_t n) { return n > 0 ? *p : 0.0f; }
+static inline void vstore(float *p, float x) { *p = x; }
+static inline void vstore_n(float *p, float x, int64_t n) { if (n > 0) *p = x; }
+static inline float vset1(float x) { return x; }
+static inline float vload_fill(const float *p, int64_t n, float f) { return n > 0 ? *p : f; }
+static inline float vadd(float a, float b) { return a + b; }
+static inline float vsub(float a, float b) { return a - b; }
+static inline float vmul(float a, float b) { return a * b; }
+static inline float vmax(float a, float b) { return a > b ? a : b; }
+static inline float vexp(float x) { return expf(x); }
+static inline float vhmax(float x) { return x; }
+static inline float vfma(float a, float b, float c) { return a * b + c; }
+static inline float vsum(float x) { return x; }
+#include "kernel_decode.h"
+
+const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};

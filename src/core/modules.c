@@ -14,7 +14,10 @@
  *  - everything else: one sgemm per projection (the heads are strided views
  *    of its output, no copy), the attention kernel that kernel = "auto"
  *    picks (attn_sdpa_run: the core's one choice), one transpose of the
- *    context and out_proj. */
+ *    context and out_proj. The training forward
+ *    (attn_self_attention_forward_saving) runs the same steps into the
+ *    caller's buffers and keeps the attention's softmax or log-sum-exp, so
+ *    the backward recomputes nothing. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -166,21 +169,28 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
   }
 }
 
+/* With s (the training forward): the projections, the attention's output
+ * and what its backward needs go to s's buffers, and nothing is allocated. */
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
-                                int64_t n, int64_t d_in, int64_t d_out) {
+                                int64_t n, int64_t d_in, int64_t d_out, const attn_self_attention_saved *s) {
   int64_t h = m->heads, hd = d_out / h, rows = nb * n;
   /* Q, K, V [rows, d_out] each; ctx [B, h, n, hd] unless it can be the
    * output itself; its [B, n, h*hd] transpose (for out_proj) goes over Q.
    * Separate blocks of one activation's size: glibc serves blocks up to its
    * mmap threshold (32 MiB at most) from the heap once one was freed, where
    * one block of them all would be a fresh mmap, page faults and all, per call. */
-  int need_ctx = m->wo || h > 1;
+  int need_ctx = !s && (m->wo || h > 1);
   size_t bytes = (size_t)rows * (size_t)d_out * sizeof(float);
-  float *qp = malloc(bytes), *kp = malloc(bytes), *vp = malloc(bytes), *ctx = need_ctx ? malloc(bytes) : out->data;
-  if (!qp || !kp || !vp || !ctx) {
-    free(qp), free(kp), free(vp);
-    if (need_ctx) free(ctx);
-    return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+  float *qp, *kp, *vp, *ctx;
+  if (s) { /* the caller's buffers (checked non-NULL by forward) */
+    qp = s->qkv, kp = qp + rows * d_out, vp = kp + rows * d_out, ctx = s->o;
+  } else {
+    qp = malloc(bytes), kp = malloc(bytes), vp = malloc(bytes), ctx = need_ctx ? malloc(bytes) : out->data;
+    if (!qp || !kp || !vp || !ctx) {
+      free(qp), free(kp), free(vp);
+      if (need_ctx) free(ctx);
+      return attn_fail(ATTN_ENOMEM, "cannot allocate 4 x %zu bytes of attention scratch", bytes);
+    }
   }
   linear_blas(x->data, rows, d_in, m->wq, m->bq, qp, d_out, d_out);
   linear_blas(x->data, rows, d_in, m->wk, m->bk, kp, d_out, d_out);
@@ -195,11 +205,27 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   o.mask = m->mask;
   o.dropout_p = m->dropout_p;
   o.dropout_draw = m->dropout_draw;
-  attn_status st = attn_sdpa_run(ATTN_SDPA_AUTO, &q, &k, &v, &o, &c, NULL);
+  attn_status st;
+  if (s) { /* the kernel "auto" runs, keeping its probabilities or log-sum-exp: the same bits of c */
+    int64_t ssize[4] = {nb, h, n, n};
+    attn_tensor saved = attn_make(s->saved, s->kernel == ATTN_SDPA_MATH ? 4 : 3, ssize);
+    if (s->kernel == ATTN_SDPA_MATH) {
+      o.probs = &saved;
+      st = attn_sdpa_math(&q, &k, &v, &o, &c, NULL);
+    } else {
+      o.lse = &saved;
+      st = attn_sdpa_flash(&q, &k, &v, &o, &c);
+    }
+  } else {
+    st = attn_sdpa_run(ATTN_SDPA_AUTO, &q, &k, &v, &o, &c, NULL);
+  }
   if (st == ATTN_OK) {
     float *ct = ctx;
-    if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
-      ct = m->wo ? qp : out->data; /* Q is spent */
+    if (s && h == 1) { /* [B, 1, n, hd] is already [rows, d_out]; s->o stays the attention's own */
+      ct = m->wo ? s->c : out->data;
+      memcpy(ct, ctx, bytes);
+    } else if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
+      ct = s ? (m->wo ? s->c : out->data) : m->wo ? qp : out->data; /* Q is spent (unless kept) */
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * d_out > PARALLEL_ELEMS)
       for (int64_t r = 0; r < rows; r++) {
         int64_t b = r / n, i = r % n;
@@ -209,6 +235,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
     }
     if (m->wo) linear_blas(ct, rows, d_out, m->wo, m->bo, out->data, d_out, d_out);
   }
+  if (s) return st;
   free(qp), free(kp), free(vp);
   if (need_ctx) free(ctx);
   return st;
@@ -240,7 +267,19 @@ attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in
   return ATTN_OK;
 }
 
-attn_status attn_self_attention_forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out) {
+int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
+                              int64_t *saved_floats) {
+  int64_t d_out = m->wq->size[0], h = m->heads;
+  if (nb == 0 || n == 0 || d_out == 0 || tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) return 0;
+  const char *why;
+  *kernel = (int)attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, d_out / h, d_out / h, 0, &why);
+  *saved_floats = nb * h * n * (*kernel == ATTN_SDPA_MATH ? n : 1);
+  return 1;
+}
+
+/* The forward, with s: keeping its state (see attn_self_attention_forward_saving) */
+static attn_status forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                           const attn_self_attention_saved *s) {
   char b1[200];
   if (x->ndim != 3 || !attn_is_contiguous(x))
     return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
@@ -258,8 +297,25 @@ attn_status attn_self_attention_forward(const attn_self_attention *m, const attn
                      attn_shape_str(m->mask, b1, sizeof b1));
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
   if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    if (s) return attn_fail(ATTN_EARG, "a tiny call keeps no state (see attn_self_attention_keeps)");
     forward_tiny(m, x, out, nb, n, d_in, d_out);
     return ATTN_OK;
   }
-  return forward_blas(m, x, out, nb, n, d_in, d_out);
+  if (s) {
+    int kernel;
+    int64_t saved_floats;
+    attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats);
+    if (kernel != s->kernel || !s->qkv || !s->o || !s->saved || (m->wo && !s->c))
+      return attn_fail(ATTN_EARG, "the state buffers do not fit the call (see attn_self_attention_keeps)");
+  }
+  return forward_blas(m, x, out, nb, n, d_in, d_out, s);
+}
+
+attn_status attn_self_attention_forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out) {
+  return forward(m, x, out, NULL);
+}
+
+attn_status attn_self_attention_forward_saving(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                               const attn_self_attention_saved *s) {
+  return forward(m, x, out, s);
 }

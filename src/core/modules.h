@@ -36,4 +36,27 @@ attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in
  * kernels, which thread themselves. */
 attn_status attn_self_attention_forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out);
 
+/* What the training forward keeps for the backward (attn_self_attention_backward_saved),
+ * so that the backward does not recompute the projections and the attention.
+ * With rows = B n, D = d_out, h heads of hd = D / h, every buffer contiguous: */
+typedef struct attn_self_attention_saved {
+  float *qkv;   /* [3, rows, D]: Q, K, V, the projections (biases added) */
+  float *o;     /* [B, h, n, hd]: the attention's output */
+  float *c;     /* [rows, D]: o with the heads side by side, out_proj's input; NULL without out_proj */
+  float *saved; /* the kernel's: MATH the softmax before dropout [B, h, n, n], FLASH the log-sum-exp [B, h, n] */
+  int kernel;   /* attn_sdpa_kernel: the one kernel = "auto" takes for these sizes */
+} attn_self_attention_saved;
+
+/* Whether the forward of x [B, n, d_in] can keep its state (0 for the tiny
+ * direct-loop path, whose backward recomputes it); if so *kernel is the one
+ * the attention runs and *saved_floats the size of its `saved` buffer. */
+int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
+                              int64_t *saved_floats);
+
+/* attn_self_attention_forward (the same bits of out) that also fills s, whose
+ * buffers the caller allocated for a call attn_self_attention_keeps accepts
+ * (s->kernel: what it gave). Errors: those of the forward. */
+attn_status attn_self_attention_forward_saving(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                               const attn_self_attention_saved *s);
+
 #endif

@@ -26,6 +26,15 @@ typedef struct attn_self_attention_grads {
 attn_status attn_self_attention_backward(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
                                          const attn_self_attention_grads *g);
 
+/* The same gradients from the state the training forward kept
+ * (attn_self_attention_forward_saving, for the same m, x and draw): nothing
+ * of the forward is recomputed. Where the recomputation gives the forward's
+ * bits (every non-tiny call whose projections are not tiny products), the
+ * gradients are attn_self_attention_backward's bits. */
+attn_status attn_self_attention_backward_saved(const attn_self_attention *m, const attn_tensor *x,
+                                               const attn_tensor *dout, const attn_self_attention_saved *s,
+                                               const attn_self_attention_grads *g);
+
 /* The tiny calls' backward (src/core/modules_backward_tiny.c, direct loops, no
  * scratch allocation), which attn_self_attention_backward takes once it has
  * checked the shapes: fits says whether x [nb, n, d_in] is such a call. */

@@ -50,6 +50,9 @@
   BINARY(POW, "pow", pow_f(x, y), "__pow", ATTN_OPF_DIFF,                                                              \
          "self: grad * other * self ^ (other - 1) (0 where other == 0); "                                              \
          "other: grad * result * log(self) (0 where self == 0 and other >= 0)")                                        \
+  BINARY(REMAINDER, "remainder", remainder_f(x, y), "__mod", ATTN_OPF_DIFF | ATTN_OPF_INPLACE,                          \
+         "self: grad; other: -grad * floor(self / other)")                                                             \
+  BINARY(FLOOR_DIVIDE, "floor_divide", floor_divide_f(x, y), "__idiv", 0, NULL)                                        \
   COMPARE(EQ, "eq", x == y, 0, NULL)                                                                                   \
   COMPARE(NE, "ne", x != y, 0, NULL)                                                                                   \
   COMPARE(GT, "gt", x > y, 0, NULL)                                                                                    \
@@ -75,6 +78,7 @@
   UNARY(RECIPROCAL, "reciprocal", 1.0f / x, NULL, ATTN_OPF_DIFF, "self: -grad * result * result")                      \
   UNARY(ERF, "erf", erff(x), NULL, ATTN_OPF_DIFF, "self: grad * 2 / sqrt(pi) * exp(-self * self)")                   \
   UNARY(SIN, "sin", sinf(x), NULL, ATTN_OPF_DIFF, "self: grad * cos(self)")                                           \
+  UNARY(FLOOR, "floor", floorf(x), NULL, ATTN_OPF_DIFF, "self: zeros_like(grad) (floor is flat between the integers)")  \
   UNARY(COS, "cos", cosf(x), NULL, ATTN_OPF_DIFF, "self: -grad * sin(self)")                                          \
   REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                                    \
          "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")                    \

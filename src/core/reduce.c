@@ -1,9 +1,11 @@
 /* Reductions along a dim, full reductions, softmax/log_softmax, cat. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "iter.h"
 #include "ops.h"
+#include "threads.h"
 
 /* Each reduction's family and comparison, from op_table.h. */
 typedef enum reduce_family { FAMILY_TOTAL, FAMILY_AVERAGE, FAMILY_EXTREME } reduce_family;
@@ -95,6 +97,33 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
   }
 }
 
+/* Columns of one block of the sum below: its double accumulators stay in L1. */
+#define COLUMN_BLOCK 512
+
+/* A sum or mean over a dim that is not the last, of a contiguous tensor into
+ * a contiguous output (the bias gradient of a Linear, g:sum(1) over [rows,
+ * out]): row after row added into double accumulators across the contiguous
+ * columns, where the line walk strides down each column a cache line per
+ * element. Each column still adds its elements in order in double: the bits
+ * of the line walk, for any thread count (threads split the columns). */
+static void reduce_columns(reduce_family family, const float *x, int64_t outer, int64_t len, int64_t inner,
+                           float *out) {
+  int64_t nblk = (inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(outer * nblk)) \
+    if (outer * len * inner > (1 << 16))
+  for (int64_t item = 0; item < outer * nblk; item++) {
+    double acc[COLUMN_BLOCK];
+    int64_t o = item / nblk, c0 = item % nblk * COLUMN_BLOCK;
+    int64_t w = inner - c0 < COLUMN_BLOCK ? inner - c0 : COLUMN_BLOCK;
+    const float *src = x + o * len * inner + c0;
+    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+    for (int64_t r = 0; r < len; r++)
+      for (int64_t j = 0; j < w; j++) acc[j] += (double)src[r * inner + j];
+    float *dst = out + o * inner + c0;
+    for (int64_t j = 0; j < w; j++) dst[j] = (float)(family == FAMILY_AVERAGE ? acc[j] / (double)len : acc[j]);
+  }
+}
+
 attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_tensor *out,
                             attn_tensor *indices) {
   if ((unsigned)op >= ATTN_REDUCEOP_COUNT) return attn_fail(ATTN_EARG, "unknown reduction %d", (int)op);
@@ -107,6 +136,15 @@ attn_status attn_reduce_dim(attn_reduceop op, const attn_tensor *a, int d, attn_
   if (len == 0 && family_of[op] == FAMILY_EXTREME)
     return attn_fail(ATTN_EARG, "cannot take %s of an empty dim", reduce_name(op));
   if (len == 0) return attn_fill(out, family_of[op] == FAMILY_AVERAGE ? NAN : 0.0f);
+  if (family_of[op] != FAMILY_EXTREME && d < a->ndim - 1 && attn_is_contiguous(a) && attn_is_contiguous(out)) {
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < d; k++) outer *= a->size[k];
+    for (int k = d + 1; k < a->ndim; k++) inner *= a->size[k];
+    if (inner > 1) {
+      reduce_columns(family_of[op], a->data, outer, len, inner, out->data);
+      return ATTN_OK;
+    }
+  }
   /* Expanded dims other than d give the same line at every position: reduce
    * at position 0 only, then copy the results along them (the same bits, and
    * O(real elements) rather than O(numel) for a huge expanded view). */

@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "flash.h"
+#include "flash_decode.h"
 #include "sdpa.h"
 #include "threads.h"
 
@@ -155,6 +156,19 @@ static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_probl
     if (st != ATTN_OK) return st;
     p->has_alibi = 1;
   }
+  const attn_block_mask *bm = opts->block_mask;
+  if (bm) {
+    /* its B and H are the batch's last two dims (1 broadcasts; a missing dim is 1) */
+    int nb = p->nbatch;
+    int64_t cb = nb >= 2 ? p->batch[nb - 2] : 1, ch = nb >= 1 ? p->batch[nb - 1] : 1;
+    if ((bm->b != 1 && bm->b != cb) || (bm->h != 1 && bm->h != ch) || bm->lq != p->lq || bm->lk != p->lk)
+      return attn_fail(ATTN_ESHAPE,
+                       "block_mask was built for B %lld, H %lld, Lq %lld, Lk %lld, but the call has B %lld, H %lld "
+                       "(q's dims -4 and -3), Lq %lld, Lk %lld (a B or H of 1 broadcasts)",
+                       (long long)bm->b, (long long)bm->h, (long long)bm->lq, (long long)bm->lk, (long long)cb,
+                       (long long)ch, (long long)p->lq, (long long)p->lk);
+    p->block_mask = bm;
+  }
   return ATTN_OK;
 }
 
@@ -186,7 +200,10 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
     if (sg != ATTN_OK) return sg;
   }
   const attn_tensor *k_real = k, *v_real = v;
-  if (opts->enable_gqa) k = &kg, v = &vg;
+  /* a group of 1 is plain attention: q's head dim may then be 1 broadcast by
+   * the mask or bias beyond k's, and the kv head is no function of the batch's head */
+  int gqa = opts->enable_gqa && group > 1;
+  if (gqa) k = &kg, v = &vg;
   attn_status st = attn_sdpa_shape(q, k, v, opts->mask, opts->bias, &ondim, osize);
   if (st != ATTN_OK) return st;
   if (!(opts->dropout_p >= 0.0 && opts->dropout_p < 1.0))
@@ -214,7 +231,7 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
   p->dropout_p = opts->dropout_p;
   p->dropout_draw = opts->dropout_draw;
   p->gqa_group = group;
-  if (opts->enable_gqa) {
+  if (gqa) {
     p->k_head_stride = k_real->stride[k_real->ndim - 3];
     p->v_head_stride = v_real->stride[v_real->ndim - 3];
   }
@@ -294,6 +311,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->has_alibi = 0;
   p->softcap = 0.0f;
   p->probs = NULL;
+  p->block_mask = NULL;
 }
 
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -339,6 +357,14 @@ void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice 
     s->v += kvh * p->v_head_stride;
   }
   s->alibi_slope = p->has_alibi ? p->alibi.data[slice_offset(p, &p->alibi, bi)] : 0.0f;
+  s->blocks.kind = NULL, s->blocks.partial = NULL;
+  const attn_block_mask *bm = p->block_mask;
+  if (bm) { /* pattern (b, h) of the batch's last two dims; stored once when the same for all */
+    int nb = p->nbatch;
+    int64_t h = nb >= 1 ? bi % p->batch[nb - 1] : 0;
+    int64_t b = nb >= 2 ? bi / p->batch[nb - 1] % p->batch[nb - 2] : 0;
+    s->blocks = attn_block_mask_pattern(bm, (bm->sb == 1 ? 0 : b) * bm->sh + (bm->sh == 1 ? 0 : h));
+  }
   s->mask = p->has_mask ? p->mask.data + slice_offset(p, &p->mask, bi) : NULL;
   s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
 }
@@ -382,6 +408,12 @@ VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, flo
 #pragma omp simd
       for (int64_t r = 0; r < ni; r++) col[r] = cap * tanh_rational(col[r] / cap);
     }
+  } else if (cs == 1) { /* row-major (the math kernel, the backward): contiguous rows, no strided access */
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c] = cap * tanh_rational(row[c] / cap);
+    }
   } else {
     for (int64_t r = 0; r < ni; r++) {
       float *row = s + r * rs;
@@ -399,6 +431,13 @@ VECTOR_CLONES void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, i
       float d0 = (float)(dist - c);
 #pragma omp simd
       for (int64_t r = 0; r < ni; r++) col[r] = col[r] + -slope * fabsf(d0 + (float)(int)r);
+    }
+  } else if (cs == 1) { /* row-major: contiguous rows */
+    for (int64_t r = 0; r < ni; r++) {
+      float *row = s + r * rs;
+      float d0 = (float)(dist + r);
+#pragma omp simd
+      for (int64_t c = 0; c < nk; c++) row[c] = row[c] + -slope * fabsf(d0 - (float)(int)c);
     }
   } else {
     for (int64_t r = 0; r < ni; r++) {
@@ -433,8 +472,26 @@ const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights) 
   return NULL;
 }
 
-attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
-                                         int64_t ev, int need_weights, const char **why) {
+/* Query-key pairs a slice's rows see under is_causal and the window (a mask
+ * or bias can only hide more): what the fused kernel computes, tile by tile,
+ * where the math kernel computes all lq * lk. */
+static double visible_pairs(int64_t lq, int64_t lk, const attn_sdpa_opts *o) {
+  if (!o || (!o->is_causal && !o->has_window)) return (double)lq * (double)lk;
+  double pairs = 0.0;
+  int64_t d = lk - lq;
+  for (int64_t i = 0; i < lq; i++) {
+    int64_t begin = 0, end = lk;
+    if (o->is_causal && i + 1 < end) end = i + 1;
+    if (o->has_window && o->window_left >= 0 && i + d - o->window_left > begin) begin = i + d - o->window_left;
+    if (o->has_window && o->window_right >= 0 && i + d + o->window_right + 1 < end) end = i + d + o->window_right + 1;
+    if (end > begin) pairs += (double)(end - begin);
+  }
+  return pairs;
+}
+
+attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
+                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
+                                             const attn_sdpa_opts *opts, const char **why) {
   (void)nb;
   (void)e;
   (void)ev;
@@ -444,10 +501,35 @@ attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb,
     return *why ? ATTN_SDPA_AUTO : requested;
   }
   if (attn_sdpa_kernel_refuses(ATTN_SDPA_FLASH, need_weights)) return ATTN_SDPA_MATH;
+  /* decoding (a few rows per kv head against more than one split-K chunk):
+   * the fused kernel splits the keys over the threads and reads each K/V row
+   * once for a GQA group; the math kernel runs one thread per slice and a
+   * score row per query head (scripts/bench.lua, 2 threads at load 7: decode
+   * 2.5-2.9x faster, decode_gqa 6-7x) */
+  if (gqa_group < 1) gqa_group = 1;
+  if (gqa_group * lq <= ATTN_FLASH_BQ && lk > ATTN_DECODE_CHUNK) return ATTN_SDPA_FLASH;
   /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
    * the math kernel is as fast or faster while a slice's scores fit in a few
    * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  return lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024 ? ATTN_SDPA_FLASH : ATTN_SDPA_MATH;
+  if (lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
+  /* a window that hides most pairs: the fused kernel skips the key tiles
+   * outside it, the math kernel computes every score (scripts/bench.lua
+   * window, 2 threads at load 7: 36x). Causal alone hides half, which the
+   * crossover above weighs; square causal calls (the module forward and
+   * backward) choose by it alone. */
+  if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
+  return ATTN_SDPA_MATH;
+}
+
+attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
+                                         int64_t ev, int need_weights, const char **why) {
+  return attn_sdpa_choose_kernel_for(requested, nb, lq, lk, e, ev, need_weights, 1, NULL, why);
+}
+
+int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts) {
+  if (!opts || !opts->enable_gqa || q->ndim < 3 || k->ndim < 3) return 1;
+  int64_t hq = q->size[q->ndim - 3], hkv = k->size[k->ndim - 3];
+  return hkv > 0 && hq >= hkv && hq % hkv == 0 ? hq / hkv : 1;
 }
 
 attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
@@ -474,8 +556,9 @@ attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const a
     return attn_sdpa_math(q, k, v, opts, out, weights);
   int64_t nb = attn_sizes_product(out->ndim > 2 ? out->ndim - 2 : 0, out->size);
   const char *why;
-  kernel = attn_sdpa_choose_kernel(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
-                                   v->size[v->ndim - 1], weights != NULL, &why);
+  kernel = attn_sdpa_choose_kernel_for(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
+                                       v->size[v->ndim - 1], weights != NULL, attn_sdpa_gqa_group_of(q, k, opts), opts,
+                                       &why);
   if (kernel == ATTN_SDPA_AUTO) return attn_fail(ATTN_EARG, "%s", why);
   return kernel == ATTN_SDPA_FLASH ? attn_sdpa_flash(q, k, v, opts, out) : attn_sdpa_math(q, k, v, opts, out, weights);
 }

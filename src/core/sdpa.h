@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "block_mask.h"
 #include "rng.h"
 #include "tensor.h"
 
@@ -49,6 +50,8 @@ typedef struct attn_sdpa_opts {
                                  before bias, ALiBi and masking */
   attn_tensor *probs;         /* output, math kernel only: NULL, or contiguous [B..., Lq, Lk] that gets the
                                  softmax before dropout (the P the backward needs; src/core/sdpa_backward.h) */
+  const attn_block_mask *block_mask; /* NULL, or built for the call's [..., B, H] (or 1s), Lq, Lk: hides what it
+                                 hides (src/core/block_mask.h); empty blocks are skipped */
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
@@ -77,6 +80,7 @@ typedef struct attn_sdpa_problem {
   int has_alibi;
   float softcap;
   attn_tensor *probs;              /* NULL or [B..., Lq, Lk], contiguous (math kernel only) */
+  const attn_block_mask *block_mask; /* NULL or checked against the batch's last two dims, Lq and Lk */
 } attn_sdpa_problem;
 
 /* Validate the operands (shapes, mask of 0 and 1 only, dropout_p, scale,
@@ -123,6 +127,7 @@ typedef struct attn_sdpa_slice {
   int64_t bi;
   const float *q, *k, *v, *mask, *bias;
   float alibi_slope;          /* the slice's ALiBi slope (0 without ALiBi) */
+  attn_block_pattern blocks;  /* the slice's block-mask pattern (kind NULL without a block mask) */
 } attn_sdpa_slice;
 
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s);
@@ -203,11 +208,13 @@ void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, int64_t nk, flo
  * kernel, transposed for flash), in this order: softcap (s = c tanh(s / c)),
  * adds the bias, adds the ALiBi term -slope |i + d - j| (d = Lk - Lq), and
  * sets -inf where the mask hides a key or the key is outside the row's
- * visible range (causal, window: attn_sdpa_row_keys).
+ * visible range (causal, window: attn_sdpa_row_keys) or the block mask
+ * hides it (empty blocks whole, partial ones by their bytes, full ones not
+ * touched).
  *
  * What a backward must do for each modification, from dS' (the gradient of
  * the modified score, P * (dP - D) as without variants), row by row:
- *  - hidden (mask, causal, window) entries: P = 0 there, so dS' = 0: nothing;
+ *  - hidden (mask, causal, window, block mask) entries: P = 0 there, so dS' = 0: nothing;
  *  - bias: dbias += dS' (summed over broadcast dims);
  *  - ALiBi: a constant of the scores: nothing (slopes are not differentiated);
  *  - softcap: s' = c tanh(s / c) has ds'/ds = 1 - tanh^2(s / c) = 1 - (s' / c)^2,
@@ -245,6 +252,17 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
     for (int64_t c = 0; c < nk && c < vb; c++) si[c * cs] = -INFINITY;
     for (int64_t c = ve < 0 ? 0 : ve; c < nk; c++) si[c * cs] = -INFINITY;
   }
+  if (sl->blocks.kind) attn_block_mask_apply(p->block_mask, sl->blocks, i0, ni, k0, nk, s, rs, cs);
+}
+
+/* The keys of [k0, k1) that rows [i0, i0 + ni) of slice sl may see through
+ * its block mask (all of [k0, k1) without one), cut to whole blocks: a
+ * driver skips the rest (the blocks the mask leaves empty). */
+static inline attn_key_range attn_sdpa_block_keys(const attn_sdpa_problem *p, const attn_sdpa_slice *sl, int64_t i0,
+                                                  int64_t ni, int64_t k0, int64_t k1) {
+  attn_key_range r = {k0, k1};
+  if (sl->blocks.kind) attn_block_mask_keys(p->block_mask, sl->blocks, i0, ni, k0, k1, &r.begin, &r.end);
+  return r;
 }
 
 /* The ALiBi paper's slopes of h heads into out [h], as its reference
@@ -273,7 +291,22 @@ const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights);
 attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
                                          int64_t ev, int need_weights, const char **why);
 
-/* Run kernel (MATH or FLASH; AUTO chooses as attn_sdpa_choose_kernel does)
+/* attn_sdpa_choose_kernel weighing the call's options too: AUTO also takes
+ * the fused kernel for decoding (gqa_group * Lq <= ATTN_FLASH_BQ query rows
+ * per kv head against more than one split-K chunk of keys) and where
+ * is_causal and the window leave at most a quarter of the pairs visible
+ * (with Lk > ATTN_FLASH_BK: its tiles are skipped). opts may be NULL;
+ * gqa_group: query heads per kv head (attn_sdpa_gqa_group_of), 1 without GQA.
+ * Both kernels run every option, so only need_weights limits the choice. */
+attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
+                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
+                                             const attn_sdpa_opts *opts, const char **why);
+
+/* Query heads per kv head of a call (Hq / Hkv with enable_gqa and dividing
+ * head counts, else 1: a bad call fails later, in the kernel's checks). */
+int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts);
+
+/* Run kernel (MATH or FLASH; AUTO chooses as attn_sdpa_choose_kernel_for does)
  * on the call: attn_sdpa_math or attn_sdpa_flash. ATTN_EARG when the kernel
  * cannot serve it (flash with weights). */
 attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

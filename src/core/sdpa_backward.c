@@ -9,47 +9,74 @@
  *    forward's log-sum-exp, P = exp(S - lse), FlashAttention-2's backward:
  *    no [Lq, Lk] buffer, extra memory O((Lq + Lk) (E + Ev)) per thread.
  *
- * Per slice (one (batch, head) of the flattened batch B), with Qs = fl(q *
- * scale) as the forward scaled it:
+ * Per slice (one (batch, query head) of the flattened batch B), with Qs =
+ * fl(q * scale) as the forward scaled it:
  *   D = rowsum(dO * O) (+ rowsum(W * the weights' gradient))  [Lq]
  *   for each key block [k0, k0 + bk) (flash: BK keys; math: all of them),
- *     for each query block [i0, i0 + bq) that sees some of its keys (causal:
- *     blocks wholly above the diagonal are skipped; a block is cut to the keys
- *     its rows see, attn_sdpa_rows_keys):
- *       S  = Qs_i K_j^T, bias, mask, visible keys      [bq, bk] (flash only)
+ *     for each query block [i0, i0 + bq) that sees some of its keys (causal
+ *     and window: blocks outside every row's visible range are skipped; a
+ *     block is cut to the keys its rows see, attn_sdpa_rows_keys; a tile
+ *     that its rows see only in part, causal's diagonal, computes S, P, dW,
+ *     dS and dQ in steps of 32 rows each cut to the keys they see, and dV,
+ *     dK as one product over the tile, W and dS zero elsewhere):
+ *       S0 = Qs_i K_j^T                                [bq, bk] (flash; math with softcap)
+ *       S' = c tanh(S0 / c) (softcap c; else S' = S0)  kept as `capped`
+ *       S  = S' + bias + ALiBi, mask and visible keys -> -inf   (flash only)
  *       P  = exp(S - lse) (0 where lse = -inf: no key seen), or saved probs
  *       W  = P * F (F: the forward's dropout factors, regenerated from its
  *            draw and the same positions; 1 without dropout)
  *       dW = dO_i V_j^T (+ the weights output's gradient)  [bq, bk]
  *       dV_j += W^T dO_i                               [bk, Ev]
- *       dS = P * (dW * F - D)   (0 where P = 0)        [bq, bk] = dbias tile
- *       dQ_i += scale dS K_j                           [bq, E]
- *       dK_j += dS^T Qs_i                              [bk, E]
+ *       dS' = P * (dW * F - D)   (0 where P = 0)       [bq, bk] = dbias tile
+ *       dS0 = dS' (1 - (S' / c)^2)  (softcap: tanh' = 1 - tanh^2; else dS0 = dS')
+ *       dQ_i += scale dS0 K_j                          [bq, E]
+ *       dK_j += dS0^T Qs_i                             [bk, E]
  * D = rowsum(dO * O) is rowsum(P * dP) of the softmax backward: O = W V, so
  * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
+ * Each variant's term: the window cuts the key range like causal (hidden
+ * keys have P = 0, so dS' = 0 there); ALiBi adds a constant to S (its slopes
+ * get no gradient); the bias's gradient is dS', taken before the cap's
+ * derivative, since the bias is added after the cap; softcap recomputes S'
+ * from q and k (math too: its saved P cannot give S' back where P
+ * underflowed), one tanh per score as in the forward; enable_gqa: query head
+ * h reads kv head h / g in place (attn_sdpa_slice_at), and dK, dV of a kv
+ * head are the sums of its g query heads' terms, written at slice bi / g
+ * ([B..., Hkv, Lk, E], no per-query-head copy).
  * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
  * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
  *
- * Threads: a work item is one whole slice (its dQ, dK and dV are its own) in
- * an OpenMP parallel for, BLAS single-threaded inside. Every gradient element
- * sums its tiles' terms in a fixed order: dK and dV of a key block over the
- * query blocks in increasing i0, dQ of a query block over the key blocks in
- * increasing k0. With fewer slices than threads, the flash kernel splits the
- * slices instead, without float atomics or a cross-thread reduction: pass 1
- * items are (slice, key block), each owning its rows of dK, dV (and its
- * columns of dbias), pass 2 items are (slice, query block), each owning its
- * rows of dQ (S and dW are computed twice there: 7 products instead of 5).
- * Both ways every element gets the same terms in the same order, so the bits
- * do not depend on the thread count (spec/sdpa_backward_spec.lua compares 1
- * and 2 threads, one slice included). A small call runs on the calling
- * thread alone.
+ * Threads: a work item is one kv group (the g slices of the query heads that
+ * share a kv head; one slice without GQA) in an OpenMP parallel for, BLAS
+ * single-threaded inside; its dQ, dK and dV are its own. Every gradient
+ * element sums its tiles' terms in a fixed order: dK and dV of a key block
+ * over the group's query heads in increasing order, each over the query blocks
+ * in increasing i0; dQ of a query block over the key blocks in increasing k0.
+ * With fewer groups than threads, the flash kernel splits them instead,
+ * without float atomics or a cross-thread reduction: pass 1 items are (group,
+ * key block), each owning its rows of dK, dV (and its columns of dbias), pass
+ * 2 items are (slice, query block), each owning its rows of dQ (S and dW are
+ * computed twice there: 7 products instead of 5). Both ways every element
+ * gets the same terms in the same order, so the bits do not depend on the
+ * thread count (spec/sdpa_backward_spec.lua and spec/sdpa_variants_grad_spec.lua
+ * compare 1 and 2 threads, one slice and one GQA group included). A small
+ * call runs on the calling thread alone.
  *
- * Error (spec/sdpa_backward_spec.lua): against torch 1.13 autograd in float64
- * at most 4.8e-6 absolute (|gradients| up to about 10; within 1e-5 relative +
- * 1e-5 absolute everywhere) for Lq, Lk up to 300, math and flash; flash and
- * math agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's
- * recomputed P differs from the forward's by the rounding of its own S and
- * exp(S - lse) (a few ulp). */
+ * Causal cost (A: b4 h12 n1024 E64, flash): the backward is 0.52 to 0.54 of
+ * the non-causal one's, with the diagonal's row steps (before them: 0.53 to
+ * 0.54 in the same runs, the causal backward 1.3% slower; 1 thread, CPU time,
+ * three interleaved runs at load 5). Above 0.5 remain the hidden corners of
+ * the 32-row steps and what every slice costs whatever its mask (D, q's
+ * scaling, zeroing the gradients).
+ *
+ * Error: against torch 1.13 autograd in float64 at most 4.8e-6 absolute
+ * without variants (spec/sdpa_backward_spec.lua, Lq, Lk up to 300) and, with
+ * every variant alone and combined (spec/sdpa_variants_grad_spec.lua, Lq, Lk
+ * up to 1030), 3.7e-6 (math) and 1.1e-5 (flash) absolute with |gradients| up
+ * to 11: within 1e-5 relative + 1e-5 absolute everywhere. Flash and math
+ * agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's recomputed P
+ * differs from the forward's by the rounding of its own S and exp(S - lse) (a
+ * few ulp); softcap's tanh (attn_sdpa_tanh, 4.1e-7 absolute) adds at most
+ * about 1e-6 relative to 1 - tanh^2. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -89,6 +116,10 @@ static bwd_operand operand_layout(int64_t rows, int64_t cols, int64_t sr, int64_
 
 typedef struct bwd_ctx {
   attn_sdpa_problem p;
+  attn_sdpa_problem after_cap; /* p without its softcap: the modifications that follow the cap (flash) */
+  int64_t group;               /* query heads per kv head (enable_gqa; else 1): slices bi .. bi + group - 1
+                                  of a kv group share dK, dV at (bi / group) */
+  int64_t ngroups;             /* slices / group */
   attn_sdpa_kernel kernel;
   const attn_flash_kernels *kr; /* the instruction set's exponential (src/core/cpu.h) */
   const attn_tensor *out, *dout, *saved;
@@ -98,8 +129,8 @@ typedef struct bwd_ctx {
   int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
   int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
   /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
-   * d [Lq], s, dw, w [BQ, bk], f [bk] */
-  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f;
+   * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap) */
+  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap;
 } bwd_ctx;
 
 /* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
@@ -140,6 +171,7 @@ typedef struct bwd_slice {
   int64_t ldk, ldv, lddo;
   float *dq, *dk, *dv, *dbias; /* this slice's gradients */
   float *s, *dw, *wd, *f;      /* tiles: S/P, dW/dS, W [BQ, bk]; f [bk] */
+  float *capped;               /* softcap: the tile's capped scores c tanh(S0 / c) [BQ, bk]; else NULL */
 } bwd_slice;
 
 /* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
@@ -151,8 +183,8 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->bi = bi;
   attn_sdpa_slice_at(p, bi, &t->sl);
   t->dq = c->g.dq->data + bi * lq * e;
-  t->dk = c->g.dk->data + bi * lk * e;
-  t->dv = c->g.dv->data + bi * lk * ev;
+  t->dk = c->g.dk->data + bi / c->group * lk * e; /* GQA: the kv head's, shared by its group */
+  t->dv = c->g.dv->data + bi / c->group * lk * ev;
   t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
   /* qs [Lq, E] = fl(q * scale), as the forward */
   float *qs = w;
@@ -208,21 +240,44 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
   t->probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
   t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
+  t->capped = p->softcap > 0.0f ? w + c->off_cap : NULL;
+}
+
+/* dst [rows, kn] (row stride ld) = Qs_i K^T for query rows [i0, i0 + rows)
+ * and keys [kb, kb + kn) of slice t: the scaled scores before any
+ * modification. */
+static void scores(const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn, int64_t e, float *dst,
+                   int64_t ld) {
+  if (e > 0)
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f, dst, ld);
+  else
+    for (int64_t r = 0; r < rows; r++) memset(dst + r * ld, 0, (size_t)kn * sizeof(float));
 }
 
 enum { TILE_DQ = 1, TILE_DKV = 2 }; /* what a tile adds to: dQ, and/or dK, dV and dbias */
 
-/* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
- * the keys its rows see (none: nothing to do). */
-static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+/* Query rows of a step of a tile that its rows see only in part (causal: it
+ * crosses the diagonal): each step computes only the keys its rows see. */
+#define STEP_ROWS 32
+
+/* One step of a tile: query rows [i0, i0 + rows) and keys [kb, kb + kn),
+ * written at row stride ld from s, dw (and wd, capped) of the tile at
+ * tile_off (its first row and key): P and W = P * F (the forward's weights),
+ * dS = P * (dW * F - D) in dw (and through the cap), dbias; dQ_i += scale dS
+ * K_j when asked. *wt, *ldw: where W is (the saved probs, s or wd). */
+static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn,
+                      int64_t ld, size_t tile_off, int what, const float **wt_out, int64_t *ldw_out) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
-  int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
-  attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows);
-  int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
-  if (ke <= kb) return;
-  int64_t kn = ke - kb, ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
-  float *s = t->s, *dw = t->dw;
+  int64_t ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
+  float *s = t->s + tile_off, *dw = t->dw + tile_off;
+  /* softcap: the capped scores s' = c tanh(S0 / c), S0 = Qs_i K^T, recomputed
+   * (math too: its saved P cannot give them back where it underflowed) */
+  float *capped = t->capped ? t->capped + tile_off : NULL;
+  if (capped) {
+    scores(t, i0, rows, kb, kn, e, capped, ld);
+    attn_sdpa_softcap_tile(p->softcap, rows, kn, capped, ld, 1);
+  }
   /* P [rows, kn] at pt (row stride ldp) */
   const float *pt;
   int64_t ldp;
@@ -231,98 +286,157 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
     ldp = lk;
   } else {
     /* S = Qs_i K^T, modified as in the forward, then P = exp(S - lse) */
-    if (e > 0)
-      sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * ldk, ldk, 0.0f, s, kn);
-    else
-      memset(s, 0, (size_t)(rows * kn) * sizeof(float));
-    attn_sdpa_modify_tile(p, &t->sl, i0, rows, kb, kn, s, kn, 1);
+    if (capped) {
+      for (int64_t r = 0; r < rows; r++) memcpy(s + r * ld, capped + r * ld, (size_t)kn * sizeof(float));
+      attn_sdpa_modify_tile(&c->after_cap, &t->sl, i0, rows, kb, kn, s, ld, 1);
+    } else {
+      scores(t, i0, rows, kb, kn, e, s, ld);
+      attn_sdpa_modify_tile(p, &t->sl, i0, rows, kb, kn, s, ld, 1);
+    }
     for (int64_t r = 0; r < rows; r++) {
-      float l = t->lse[i0 + r], *sr = s + r * kn;
+      float l = t->lse[i0 + r], *sr = s + r * ld;
       if (l == -INFINITY)
         memset(sr, 0, (size_t)kn * sizeof(float));
       else
         c->kr->exp_minus(sr, kn, l);
     }
     pt = s;
-    ldp = kn;
+    ldp = ld;
   }
   /* dW = dO_i V^T [rows, kn] */
   if (ev > 0)
-    sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, kn);
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, ld);
   else
-    memset(dw, 0, (size_t)(rows * kn) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) memset(dw + r * ld, 0, (size_t)kn * sizeof(float));
   /* dW += the weights output's gradient */
   if (t->dwt)
     for (int64_t r = 0; r < rows; r++) {
       const float *gr = t->dwt + (i0 + r) * t->sdw0 + kb * t->sdw1;
-      for (int64_t j = 0; j < kn; j++) dw[r * kn + j] += gr[j * t->sdw1];
+      for (int64_t j = 0; j < kn; j++) dw[r * ld + j] += gr[j * t->sdw1];
     }
   /* W = P * F (the forward's weights after dropout) and dW * F */
-  const float *wt = pt;
-  int64_t ldw = ldp;
+  *wt_out = pt;
+  *ldw_out = ldp;
   if (p->dropout_p > 0.0) {
+    float *wd = t->wd + tile_off;
     for (int64_t r = 0; r < rows; r++) {
       attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->bi * lq + i0 + r) * lk + kb, kn, t->f);
       for (int64_t j = 0; j < kn; j++) {
-        t->wd[r * kn + j] = pt[r * ldp + j] * t->f[j];
-        dw[r * kn + j] *= t->f[j];
+        wd[r * ld + j] = pt[r * ldp + j] * t->f[j];
+        dw[r * ld + j] *= t->f[j];
       }
     }
-    wt = t->wd;
-    ldw = kn;
+    *wt_out = wd;
+    *ldw_out = ld;
   }
-  /* dV_j += W^T dO_i [kn, Ev] */
-  if ((what & TILE_DKV) && ev > 0)
-    sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * lddo, lddo, 1.0f, t->dv + kb * ev, ev);
   /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
   for (int64_t r = 0; r < rows; r++) {
     float di = t->dd[i0 + r];
     const float *pr = pt + r * ldp;
-    float *dr = dw + r * kn;
+    float *dr = dw + r * ld;
     for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
     if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
+    if (capped) { /* through the cap: dS0 = dS' (1 - tanh^2) = dS' (1 - (s' / c)^2) */
+      const float *cr = capped + r * ld;
+      float inv_cap = 1.0f / p->softcap;
+#pragma omp simd
+      for (int64_t j = 0; j < kn; j++) {
+        float u = cr[j] * inv_cap;
+        dr[j] *= 1.0f - u * u;
+      }
+    }
   }
-  if (e > 0) {
-    /* dQ_i += scale dS K_j [rows, E]; dK_j += dS^T Qs_i [kn, E] */
-    if (what & TILE_DQ)
-      sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, kn, t->kp + kb * ldk, ldk, 1.0f, t->dq + i0 * e, e);
-    if (what & TILE_DKV)
-      sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
-  }
+  /* dQ_i += scale dS K_j [rows, E] */
+  if ((what & TILE_DQ) && e > 0)
+    sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1.0f, t->dq + i0 * e, e);
 }
 
-/* Work item `item` with the calling thread's scratch block w. By slice: the
- * item is slice bi, every tile (key blocks in increasing k0, query blocks in
- * increasing i0 inside each). Two passes: pass 1 (items of dK, dV and dbias)
- * is (slice, key block) over its query blocks in increasing i0, pass 2 (items
- * of dQ) is (slice, query block) over the key blocks in increasing k0: each
- * gradient element gets the same tiles' terms in the same order either way,
- * so both give the same bits. */
+/* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
+ * the keys its rows see (none: nothing to do). A tile that its rows see only
+ * in part (causal: on the diagonal) runs in steps of STEP_ROWS rows, each cut
+ * to the keys they see, with W and dS zero elsewhere in the tile (hidden:
+ * their terms are 0), then dV and dK over the whole tile: the scores, dW, dS
+ * and dQ skip most of the hidden triangle, and dK, dV stay one product each. */
+static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t lq = p->lq, e = p->e, ev = p->ev;
+  int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
+  attn_key_range seen = attn_sdpa_rows_keys(p, i0, rows), all = attn_sdpa_common_keys(p, i0, rows);
+  int64_t kb = seen.begin > k0 ? seen.begin : k0, ke = seen.end < k1 ? seen.end : k1;
+  if (ke <= kb) return;
+  /* a block mask's empty blocks are skipped as in the forward (P = 0 there) */
+  attn_key_range vis = attn_sdpa_block_keys(p, &t->sl, i0, rows, kb, ke);
+  kb = vis.begin, ke = vis.end;
+  if (ke <= kb) return;
+  int64_t kn = ke - kb;
+  const float *wt;
+  int64_t ldw;
+  if (kb >= all.begin && ke <= all.end) {
+    tile_step(c, t, i0, rows, kb, kn, kn, 0, what, &wt, &ldw);
+  } else {
+    float *wd = p->dropout_p > 0.0 ? t->wd : t->probs ? NULL : t->s; /* W, unless the saved probs */
+    for (int64_t r = 0; r < rows; r++) {
+      if (wd) memset(wd + r * kn, 0, (size_t)kn * sizeof(float));
+      memset(t->dw + r * kn, 0, (size_t)kn * sizeof(float));
+    }
+    wt = wd ? wd : t->probs + i0 * p->lk + kb;
+    ldw = wd ? kn : p->lk;
+    for (int64_t g = 0; g < rows; g += STEP_ROWS) {
+      int64_t n = rows - g < STEP_ROWS ? rows - g : STEP_ROWS;
+      attn_key_range gk = attn_sdpa_rows_keys(p, i0 + g, n);
+      int64_t gb = gk.begin > kb ? gk.begin : kb, ge = gk.end < ke ? gk.end : ke;
+      const float *unused_w;
+      int64_t unused_ld;
+      if (ge > gb)
+        tile_step(c, t, i0 + g, n, gb, ge - gb, kn, (size_t)(g * kn + gb - kb), what, &unused_w, &unused_ld);
+    }
+  }
+  /* dV_j += W^T dO_i [kn, Ev]; dK_j += dS^T Qs_i [kn, E] */
+  if ((what & TILE_DKV) && ev > 0)
+    sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1.0f,
+          t->dv + kb * ev, ev);
+  if ((what & TILE_DKV) && e > 0)
+    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
+}
+
+/* Work item `item` with the calling thread's scratch block w. By group: the
+ * item is kv group gi (one slice without GQA), its slices bi = gi g .. gi g +
+ * g - 1 in increasing bi, every tile of each (key blocks in increasing k0,
+ * query blocks in increasing i0 inside each). Two passes: pass 1 (items of
+ * dK, dV and dbias) is (group, key block) over its slices in increasing bi,
+ * each over its query blocks in increasing i0; pass 2 (items of dQ) is
+ * (slice, query block) over the key blocks in increasing k0. Each gradient
+ * element gets the same tiles' terms in the same order either way (a dK row:
+ * bi, then i0; a dQ row: k0), so both give the same bits. */
 static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
   const attn_sdpa_problem *p = &c->p;
-  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
+  int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev, g = c->group;
   bwd_slice t;
-  if (pass == 0) { /* the whole slice */
-    int64_t bi = item;
-    memset(c->g.dq->data + bi * lq * e, 0, (size_t)(lq * e) * sizeof(float));
-    memset(c->g.dk->data + bi * lk * e, 0, (size_t)(lk * e) * sizeof(float));
-    memset(c->g.dv->data + bi * lk * ev, 0, (size_t)(lk * ev) * sizeof(float));
-    if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
-    if (lq == 0 || lk == 0) return;
-    prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
-    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
-      int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
-      for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+  if (pass == 0) { /* the whole kv group */
+    int64_t gi = item;
+    memset(c->g.dk->data + gi * lk * e, 0, (size_t)(lk * e) * sizeof(float));
+    memset(c->g.dv->data + gi * lk * ev, 0, (size_t)(lk * ev) * sizeof(float));
+    for (int64_t bi = gi * g; bi < (gi + 1) * g; bi++) {
+      memset(c->g.dq->data + bi * lq * e, 0, (size_t)(lq * e) * sizeof(float));
+      if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
+      if (lq == 0 || lk == 0) continue;
+      prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
+      for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+        int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+        for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+      }
     }
-  } else if (pass == 1) { /* slice bi, keys [k0, k1): dK, dV and dbias */
-    int64_t bi = item / c->nkblk, k0 = item % c->nkblk * c->bk, k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
-    memset(c->g.dk->data + (bi * lk + k0) * e, 0, (size_t)((k1 - k0) * e) * sizeof(float));
-    memset(c->g.dv->data + (bi * lk + k0) * ev, 0, (size_t)((k1 - k0) * ev) * sizeof(float));
-    if (c->g.dbias)
-      for (int64_t i = 0; i < lq; i++)
-        memset(c->g.dbias->data + (bi * lq + i) * lk + k0, 0, (size_t)(k1 - k0) * sizeof(float));
-    prepare_slice(c, bi, w, 0, lq, k0, k1, &t);
-    for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DKV);
+  } else if (pass == 1) { /* kv group gi, keys [k0, k1): dK, dV and dbias */
+    int64_t gi = item / c->nkblk, k0 = item % c->nkblk * c->bk, k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+    memset(c->g.dk->data + (gi * lk + k0) * e, 0, (size_t)((k1 - k0) * e) * sizeof(float));
+    memset(c->g.dv->data + (gi * lk + k0) * ev, 0, (size_t)((k1 - k0) * ev) * sizeof(float));
+    for (int64_t bi = gi * g; bi < (gi + 1) * g; bi++) {
+      if (c->g.dbias)
+        for (int64_t i = 0; i < lq; i++)
+          memset(c->g.dbias->data + (bi * lq + i) * lk + k0, 0, (size_t)(k1 - k0) * sizeof(float));
+      prepare_slice(c, bi, w, 0, lq, k0, k1, &t);
+      for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DKV);
+    }
   } else { /* slice bi, query rows [i0, i0 + BQ): dQ */
     int64_t bi = item / c->nqblk, i0 = item % c->nqblk * BQ, i1 = lq - i0 < BQ ? lq : i0 + BQ;
     memset(c->g.dq->data + (bi * lq + i0) * e, 0, (size_t)((i1 - i0) * e) * sizeof(float));
@@ -331,24 +445,32 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
   }
 }
 
-/* t is contiguous with exactly the sizes (nb batch dims, then rows, cols). */
-static int has_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols, int contiguous) {
-  if (t->ndim != p->nbatch + 2 || (contiguous && !attn_is_contiguous(t))) return 0;
-  for (int d = 0; d < p->nbatch; d++)
-    if (t->size[d] != p->batch[d]) return 0;
-  return t->size[p->nbatch] == rows && t->size[p->nbatch + 1] == cols;
+/* t is contiguous with exactly the sizes (batch: nb batch dims, then rows, cols). */
+static int has_shape(const attn_tensor *t, int nb, const int64_t *batch, int64_t rows, int64_t cols, int contiguous) {
+  if (t->ndim != nb + 2 || (contiguous && !attn_is_contiguous(t))) return 0;
+  for (int d = 0; d < nb; d++)
+    if (t->size[d] != batch[d]) return 0;
+  return t->size[nb] == rows && t->size[nb + 1] == cols;
 }
 
-static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols,
-                               int contiguous, const char *what) {
-  if (has_shape(t, p, rows, cols, contiguous)) return ATTN_OK;
+/* ATTN_ESHAPE naming `what` unless t has the sizes [batch..., rows, cols]
+ * (and is contiguous when asked). */
+static attn_status check_shape_of(const attn_tensor *t, int nb, const int64_t *batch, int64_t rows, int64_t cols,
+                                  int contiguous, const char *what) {
+  if (has_shape(t, nb, batch, rows, cols, contiguous)) return ATTN_OK;
   int64_t want[ATTN_MAX_DIMS];
-  memcpy(want, p->batch, (size_t)p->nbatch * sizeof(int64_t));
-  want[p->nbatch] = rows;
-  want[p->nbatch + 1] = cols;
+  memcpy(want, batch, (size_t)nb * sizeof(int64_t));
+  want[nb] = rows;
+  want[nb + 1] = cols;
   char b1[200], b2[200];
   return attn_fail(ATTN_ESHAPE, "%s must be %s%s, got %s", what, contiguous ? "contiguous " : "",
-                   attn_sizes_str(p->nbatch + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
+                   attn_sizes_str(nb + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
+}
+
+/* check_shape_of with the problem's batch shape B. */
+static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p, int64_t rows, int64_t cols,
+                               int contiguous, const char *what) {
+  return check_shape_of(t, p->nbatch, p->batch, rows, cols, contiguous, what);
 }
 
 attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
@@ -384,8 +506,13 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
     if ((st = check_shape(dweights, p, p->lq, p->lk, 0, "dweights")) != ATTN_OK) return st;
   }
   if ((st = check_shape(grads->dq, p, p->lq, p->e, 1, "dq")) != ATTN_OK) return st;
-  if ((st = check_shape(grads->dk, p, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
-  if ((st = check_shape(grads->dv, p, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
+  /* dk, dv: one per kv head (enable_gqa: B with its head dim divided by the group) */
+  c.group = p->gqa_group > 1 ? p->gqa_group : 1;
+  int64_t kv_batch[ATTN_MAX_DIMS];
+  memcpy(kv_batch, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  if (c.group > 1) kv_batch[p->nbatch - 1] /= c.group;
+  if ((st = check_shape_of(grads->dk, p->nbatch, kv_batch, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
+  if ((st = check_shape_of(grads->dv, p->nbatch, kv_batch, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
   if (grads->dbias) {
     if (!p->has_bias) return attn_fail(ATTN_EARG, "dbias given for a call without bias");
     if ((st = check_shape(grads->dbias, p, p->lq, p->lk, 1, "dbias")) != ATTN_OK) return st;
@@ -397,8 +524,11 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   c.saved = saved;
   c.dweights = dweights;
   c.g = *grads;
+  c.after_cap = c.p;
+  c.after_cap.softcap = 0.0f;
   int64_t nb = attn_sizes_product(p->nbatch, p->batch);
   if (nb == 0) return ATTN_OK;
+  c.ngroups = nb / c.group;
 
   int nbd = p->nbatch;
   c.k = operand_layout(p->lk, p->e, p->k.stride[nbd], p->k.stride[nbd + 1]);
@@ -425,18 +555,23 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   if (p->dropout_p > 0.0) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
   c.off_f = block;
   ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
-  /* fewer slices than threads (flash, with keys and queries to split): two
-   * passes over (slice, block) items instead of one over slices, the same bits;
-   * a small call runs on the calling thread (waking a team costs more than its work) */
+  c.off_cap = block;
+  if (p->softcap > 0.0f) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  /* fewer kv groups than threads (flash, with keys and queries to split): two
+   * passes over (group or slice, block) items instead of one over groups, the
+   * same bits; a small call runs on the calling thread (waking a team costs
+   * more than its work) */
   c.nkblk = (p->lk + c.bk - 1) / c.bk;
   c.nqblk = (p->lq + BQ - 1) / BQ;
   int64_t maxblk = c.nkblk > c.nqblk ? c.nkblk : c.nqblk;
   int small = (double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK;
-  int two_pass = kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && nb < attn_threads_for(nb * maxblk);
+  int two_pass =
+      kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && c.ngroups < attn_threads_for(c.ngroups * maxblk);
   attn_sdpa_work work;
   if ((st = attn_sdpa_plan_work(p, two_pass ? maxblk : 1, block, ok, &work)) != ATTN_OK) return st;
   if (small) work.nthreads = 1;
-  int64_t pass_items[2] = {two_pass ? nb * c.nkblk : nb, two_pass ? nb * c.nqblk : 0};
+  if (!two_pass && work.nthreads > attn_threads_for(c.ngroups)) work.nthreads = attn_threads_for(c.ngroups);
+  int64_t pass_items[2] = {two_pass ? c.ngroups * c.nkblk : c.ngroups, two_pass ? nb * c.nqblk : 0};
   /* items handed out dynamically (the team may be shared): each computed whole by one thread */
 #pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {

@@ -8,8 +8,10 @@
  * Shapes (PyTorch names): q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev],
  * mask and bias broadcast to [..., Lq, Lk]; B is the batch shape the leading
  * dims broadcast to (attn_sdpa_describe). The gradients come out in the
- * expanded shape (one per slice of B); attn_sdpa_sum_to sums one back to the
- * shape of an operand that was broadcast. */
+ * expanded shape (one per slice of B; dk and dv one per kv head, see
+ * attn_sdpa_grads); attn_sdpa_sum_to sums one back to the shape of an operand
+ * that was broadcast. Every variant of opts (enable_gqa, window,
+ * alibi_slopes, softcap) is differentiated; the slopes get no gradient. */
 #ifndef ATTN_SDPA_BACKWARD_H
 #define ATTN_SDPA_BACKWARD_H
 
@@ -22,9 +24,11 @@
 #define ATTN_SDPA_BWD_BK 128
 
 /* Where the gradients go: contiguous tensors of the expanded shapes
- * dq [B..., Lq, E], dk [B..., Lk, E], dv [B..., Lk, Ev] and dbias (NULL, or
- * [B..., Lq, Lk] when the call has a bias; the gradient of the scores after
- * scaling, which is the bias's). Each is overwritten. */
+ * dq [B..., Lq, E], dk [Bkv..., Lk, E], dv [Bkv..., Lk, Ev] and dbias (NULL,
+ * or [B..., Lq, Lk] when the call has a bias; the gradient of the scores
+ * after scaling and softcap, which is the bias's). Bkv is B, except with
+ * enable_gqa: its last dim (the query heads Hq) becomes the kv heads Hq / g,
+ * each getting the sum over its g query heads. Each is overwritten. */
 typedef struct attn_sdpa_grads {
   attn_tensor *dq, *dk, *dv, *dbias;
 } attn_sdpa_grads;

@@ -79,6 +79,10 @@ M.pow = binary("pow", function(_, b) return is_tensor(b) and "PowBackward1" or "
     if a == 0 then return d:masked_fill(b:ge(0), 0) end
     return d
   end, true)
+-- remainder(a, b) = a - b * floor(a / b): d/da = 1, d/db = -floor(a / b) (torch's remainder backward)
+M.remainder = binary("remainder", function(_, b) return is_tensor(b) and "RemainderBackward1" or "RemainderBackward0" end,
+  function(g) return g end,
+  function(g, a, b) return -g * raw.floor(raw.div(a, b)) end)
 -- maximum/minimum: the gradient to the larger (smaller) input, halved on ties
 local function extremum_grad(g, x, y, larger)
   local wins = larger and x:gt(y) or x:lt(y)
@@ -118,6 +122,8 @@ M.sub_ = binary_("sub", "SubBackward0", function(g) return g end, function(g) re
 M.mul_ = binary_("mul", "MulBackward0", function(g, o) return g * o end, function(g, old) return g * old end, true)
 M.div_ = binary_("div", "DivBackward0", function(g, o) return g / o end,
   function(g, _, o, r) return -g * r / o end)
+M.remainder_ = binary_("remainder", function(_, o) return is_tensor(o) and "RemainderBackward1" or "RemainderBackward0" end,
+  function(g) return g end, function(g, old, o) return -g * raw.floor(raw.div(old, o)) end, true)
 
 -- unary ops: grad of the input from g, the input x and the result r
 local function unary(opname, name, grad)
@@ -143,6 +149,7 @@ M.sqrt = unary("sqrt", "SqrtBackward0", function(g, _, r) return g / (r * 2) end
 M.tanh = unary("tanh", "TanhBackward0", function(g, _, r) return g * (1 - r * r) end)
 -- sign(x): 1, -1, or 0 at 0 (torch's sgn)
 M.abs = unary("abs", "AbsBackward0", function(g, x) return g * (x:gt(0) - x:lt(0)) end)
+M.floor = unary("floor", "FloorBackward0", function(g) return raw.zeros(g:size()) end)
 M.sigmoid = unary("sigmoid", "SigmoidBackward0", function(g, _, r) return g * r * (1 - r) end)
 M.relu = unary("relu", "ReluBackward0", function(g, _, r) return g * r:gt(0) end)
 M.reciprocal = unary("reciprocal", "ReciprocalBackward0", function(g, _, r) return -g * r * r end)
@@ -589,7 +596,7 @@ M.copy_ = Function{
 
 -- ---------------------------------------------------------------- install ----
 
-local METAMETHODS = { __add = "add", __sub = "sub", __mul = "mul", __div = "div", __pow = "pow" }
+local METAMETHODS = { __add = "add", __sub = "sub", __mul = "mul", __div = "div", __pow = "pow", __mod = "remainder" }
 
 --- Put the recorded functions in place of the raw ones wherever the raw ones
 -- are published: the methods table, the module table `attn` and the tensor

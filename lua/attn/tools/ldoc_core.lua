@@ -117,6 +117,28 @@
 -- @param b tensor or number
 -- @function pow
 
+--- a % b elementwise, Python's modulo as torch.remainder: the result takes the sign of b
+-- (fmod, then b added where the signs differ; x % 0 is NaN), with PyTorch broadcasting. Also
+-- `a % b` and `t:remainder(b)`, in place `t:remainder_(b)`. Block-mask functions use it for
+-- strided patterns: `((q - k) % 4):eq(0)`.
+-- @param a tensor or number
+-- @param b tensor or number
+-- @usage attn.remainder(attn.tensor{5.5, -5.5}, 2) --> tensor([1.5000, 0.5000])
+-- @function remainder
+
+--- a // b elementwise, Python's floor division as torch.floor_divide (rounding toward -inf,
+-- computed from the exact fmod as PyTorch does; x // 0 is x / 0), with PyTorch broadcasting.
+-- Also `a // b` and `t:floor_divide(b)`. Not differentiable (its result never requires grad).
+-- @param a tensor or number
+-- @param b tensor or number
+-- @usage attn.tensor{5.5, -5.5} // 2 --> tensor([ 2., -3.])
+-- @function floor_divide
+
+--- floor(t) elementwise: the largest integer <= t, as a float (NaN and infinities kept);
+-- its gradient is zero, as torch.floor's.
+-- @param t tensor
+-- @function floor
+
 --- The elementwise maximum of a and b (broadcasting); NaN wins, as in torch.maximum.
 -- @param a tensor or number
 -- @param b tensor or number
@@ -289,7 +311,7 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking)
+-- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
@@ -353,7 +375,8 @@
 -- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
 -- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
 -- it, or false when chosen automatically: the best available), `openblas_core`
--- (as `blas_info().core`) and `threads` (OpenMP's maximum). `ATTN_CPU=scalar|avx2|avx512`
+-- (as `blas_info().core`), `threads` (OpenMP's maximum) and `arch` (what the
+-- build was compiled for: `"x86_64"`, `"aarch64"`, ...). `ATTN_CPU=scalar|avx2|avx512`
 -- forces a set; an unknown value, or one this CPU lacks, makes `require "attn"`
 -- fail with the choices. Every set gives results within 2e-6 relative of the
 -- others, and the same bits for any thread count.
@@ -410,6 +433,33 @@
 -- @return a tensor [H]
 -- @usage attn.alibi_slopes(4) --> tensor([0.2500, 0.0625, 0.0156, 0.0039])
 -- @function alibi_slopes
+
+--- A block-sparse mask (FlexAttention's BlockMask) for `scaled_dot_product_attention`'s
+-- `block_mask`: the [Lq, Lk] scores of each (b, h) are cut into blocks of `block` queries by
+-- `block` keys (default 128; for max(Lq, Lk) under 1024 the multiple of 16 at or above L/8),
+-- and fn(b, h, q, k) is called once per block (never per element) with 1-based numbers b, h
+-- and 1-based index tensors q [n, 1], k [1, m]; it returns a tensor broadcastable to [n, m],
+-- nonzero = visible (FlexAttention's mask_mod convention, the opposite of `mask`). Blocks are
+-- classified empty (skipped), full (no mask work) or partial (their elements kept as bytes).
+-- A Lua fn is called per block and per (b, h) (B x H patterns; a B or H of 1 broadcasts); the
+-- built-ins, fields of this callable table, are evaluated in C and kept once:
+-- `attn.block_mask.causal` (k <= q), `.sliding_window(w)` (causal and q - k < w),
+-- `.document(ids)` (ids: [L] tensor, L >= max(Lq, Lk); same id), `.and_(f, g, ...)`,
+-- `.or_(f, g, ...)` (a Lua fn among them is called per block). The result, an attn.BlockMask,
+-- has fields B, H, Lq, Lk, block, methods `bm:sparsity()` (fraction of blocks skipped) and
+-- `bm:to_dense()` ([B, H, Lq, Lk], 1 = visible), and `tostring(bm)` draws its blocks
+-- (full, partial, empty; rows = query blocks). An error in fn is raised naming
+-- attn.block_mask and the block, with fn's message.
+-- @param fn a Lua function or a built-in mask function
+-- @param B batch size (>= 1)
+-- @param H heads (>= 1)
+-- @param Lq queries
+-- @param Lk keys
+-- @param[opt] opts table: `block` (an integer in [1, 4096])
+-- @return an attn.BlockMask
+-- @usage local bm = attn.block_mask(attn.block_mask.and_(attn.block_mask.document(ids), attn.block_mask.causal), 1, 8, n, n)
+-- attn.scaled_dot_product_attention(q, k, v, {block_mask = bm})
+-- @function block_mask
 
 --- Rotary position embedding of x [..., n, E] (E even): each pair (a, b) of row r is rotated by
 -- theta = (p_r - 1) * base^(-2i/E) (i = 0 .. E/2 - 1), a' = a cos - b sin, b' = b cos + a sin.

@@ -97,6 +97,10 @@
 -- @param other tensor or number
 -- @function Tensor:div_
 
+--- t = t % other (torch.remainder: the sign of other), in place; returns t.
+-- @param other tensor or number
+-- @function Tensor:remainder_
+
 --- Sets every element to v; returns t.
 -- @param v a number
 -- @function Tensor:fill_
