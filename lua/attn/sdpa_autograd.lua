@@ -73,7 +73,6 @@ end
 -- attention_forward's 16 arguments: x, d_in, context_length, rank, heads,
 -- scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask. The tensor inputs are x and
 -- the parameters present, in that order.
-local PARAM_ARGS = { 8, 9, 10, 11, 12, 13, 14, 15 }
 
 --- The fused module forward that records (CausalAttention, MultiHeadAttention):
 -- the arguments of `attn.core.modules.attention_forward`; nil when the fused
@@ -87,31 +86,37 @@ M.fused_attention = autograd.Function{
   end,
   fname = "attention_forward",
   raw = fused_forward,
-  forward = function(ctx, ...)
-    local a = table.pack(...)
-    a[17], a[18] = true, true -- and the dropout draw, and the state the backward needs (not recomputed there)
-    local out, draw, qkv, o, c, saved, kernel = fused_forward(table.unpack(a, 1, 18))
+  -- the 16 arguments as they are (no table: this is the notebook-size hot path);
+  -- the backward takes them back from the saved list
+  forward = function(ctx, x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
+    -- and the dropout draw, and the state the backward needs (not recomputed
+    -- there; a tiny call keeps none and its backward recomputes)
+    local out, draw, qkv, o, c, saved, kernel = fused_forward(x, d_in, context_length, rank, heads, scale, p,
+      wq, bq, wk, bk, wv, bv, wo, bo, mask, true, true)
     if out == nil then return nil end
-    a[17], a[18], a.n = nil, nil, 16
-    ctx.args, ctx.draw, ctx.kernel = a, draw, kernel
+    ctx.draw, ctx.kernel = draw, kernel
     -- the state is saved with the inputs, so the engine frees it with them after the backward
-    ctx:save_for_backward(a[1], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], qkv, o, c, saved)
+    ctx:save_for_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask,
+      qkv, o, c, saved)
     return out
   end,
   backward = function(ctx, g)
-    local x, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved = ctx:saved()
-    local a = ctx.args
-    local r = table.pack(fused_backward(x, a[2], a[3], a[4], a[5], a[6], a[7], wq, bq, wk, bk, wv, bv, wo, bo, mask,
-      g, ctx.draw, qkv, o, c, saved, ctx.kernel))
+    local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved =
+      ctx:saved()
+    local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
+      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
-    local grads, need = { r[1] }, ctx.needs_input_grad
-    for i, arg in ipairs(PARAM_ARGS) do
-      if is_tensor(a[arg]) then grads[#grads + 1] = r[i + 1] end
-    end
-    for i = 1, #grads do
-      if not need[i] then grads[i] = nil end
-    end
-    return table.unpack(grads, 1, #grads)
+    local need = ctx.needs_input_grad
+    local grads, k = { need[1] and dx or nil }, 1
+    if wq ~= nil then k = k + 1; grads[k] = need[k] and dwq or nil end
+    if bq ~= nil then k = k + 1; grads[k] = need[k] and dbq or nil end
+    if wk ~= nil then k = k + 1; grads[k] = need[k] and dwk or nil end
+    if bk ~= nil then k = k + 1; grads[k] = need[k] and dbk or nil end
+    if wv ~= nil then k = k + 1; grads[k] = need[k] and dwv or nil end
+    if bv ~= nil then k = k + 1; grads[k] = need[k] and dbv or nil end
+    if wo ~= nil then k = k + 1; grads[k] = need[k] and dwo or nil end
+    if bo ~= nil then k = k + 1; grads[k] = need[k] and dbo or nil end
+    return table.unpack(grads, 1, k)
   end,
 }
 

@@ -279,8 +279,23 @@ end
 
 -- The walk over the ready queue (run's second half, under its pcall): each
 -- node's backward once every node that feeds it gradient has run.
+-- Each node's incoming gradients and (without retain_graph) its saved tensors
+-- are garbage once it has run, but Lua's collector lets garbage pile up to its
+-- pause (by default until the heap has doubled) before freeing it: a training
+-- step's backward would hold every spent gradient at once. So the walk runs a
+-- full collection whenever the heap (tensor bytes included: they are
+-- userdata) has grown by a tenth, and at least 2 MiB, since the walk began or
+-- the last collection. scripts/train_gpt.lua's default run: peak RSS above
+-- the process's start 1.68x -> 1.44x the bytes training needs, for 2-4% of
+-- its time (a collection marks few Lua objects: the tensors' bytes are not
+-- traversed).
+local GC_GROWTH, GC_MIN_KB = 1.1, 2048
+local collect = collectgarbage
+
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
+  local heap_kb = collect("count")
+  local gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
   while ready[head] do
     local node = ready[head]
     ready[head] = nil
@@ -334,6 +349,11 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       end
     end
     if not retain and node._saved ~= nil then node._saved = RELEASED end
+    if collect("count") > gc_at then
+      collect()
+      heap_kb = collect("count")
+      gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
+    end
   end
 end
 
