@@ -72,7 +72,7 @@ if raw then raw:close() end
 
 print(string.format("# OpenBLAS core, attn kernel: %s; reps %d", core or "?", opts.reps))
 local header = { string.format("%-34s %-12s", "case kernel", "unit") }
-for _, t in ipairs(counts) do header[#header + 1] = string.format("%9s", t .. "t") end
+for _, t in ipairs(counts) do header[#header + 1] = string.format(" %9s", t .. "t") end
 header[#header + 1] = string.format("  %8s", "speedup")
 header[#header + 1] = string.format("  %s", "vs peak (sgemm; membw for decode) at each count")
 print(table.concat(header))
@@ -87,13 +87,13 @@ for _, key in ipairs(order) do
       unit, case = c.unit, c.case
       first = first or c.value
       last = c.value
-      parts[#parts + 1] = string.format("%9.4g", c.value)
+      parts[#parts + 1] = string.format(" %9.5g", c.value)
       local ref = (case == "decode" or case == "decode_gqa" or case == "membw") and membw[t] or peak[t]
       if unit == "gflops" or unit == "gbps" then
         ratios[#ratios + 1] = ref and string.format("%.2f", c.value / ref) or "-"
       end
     else
-      parts[#parts + 1] = string.format("%9s", "-")
+      parts[#parts + 1] = string.format(" %9s", "-")
     end
   end
   local speedup = "-"
