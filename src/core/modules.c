@@ -101,6 +101,8 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
   attn_sdpa_problem p;
   attn_sdpa_describe_heads(qkv, h, n, hd, w3, m->mask, m->mask == NULL, m->scale, &p);
   int64_t sk = attn_sdpa_row_stride(&p, &p.k), sv = attn_sdpa_row_stride(&p, &p.v);
+  /* s may be nonzero only in [nz_begin, nz_end) (at first: all of it, unwritten) */
+  int64_t nz_begin = 0, nz_end = n;
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
     float *ob = out->data + b * n * d_out;
@@ -128,9 +130,12 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         int hidden = attn_softmax_dropout_row(s + vis.begin, nk, m->dropout_p, m->dropout_draw,
                                               (bi * n + i) * n + vis.begin, f, NULL);
         /* the weights of the unseen keys are 0; the product below still visits
-         * them, so a NaN or inf in v there spreads as in the math kernel */
-        memset(s, 0, (size_t)vis.begin * sizeof(float));
-        memset(s + vis.end, 0, (size_t)(n - vis.end) * sizeof(float));
+         * them, so a NaN or inf in v there spreads as in the math kernel. Only
+         * what an earlier row left outside this row's keys needs zeroing
+         * (causal: nothing after the first row) */
+        for (int64_t j = nz_begin; j < nz_end && j < vis.begin; j++) s[j] = 0.0f;
+        for (int64_t j = nz_begin > vis.end ? nz_begin : vis.end; j < nz_end; j++) s[j] = 0.0f;
+        nz_begin = vis.begin, nz_end = vis.end;
         float *ci = c + i * d_out + col;
         if (hidden) { /* zeros, as the math kernel gives, even where v holds NaN */
           memset(ci, 0, (size_t)hd * sizeof(float));
