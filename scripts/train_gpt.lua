@@ -210,6 +210,7 @@ local function validation_loss()
     for first = 1, count, opts.batch do
       local chunk = table.move(offsets, first, math.min(count, first + opts.batch - 1), 1, {})
       total = total + loss_of(windows(val_text, chunk)):item() * #chunk
+      collectgarbage() -- the chunk's activations (nothing records them) before the next chunk's
     end
   end)
   model:train()
