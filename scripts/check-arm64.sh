@@ -10,8 +10,8 @@
 #
 # Debian's lua-term is not co-installable across architectures (installing
 # lua-term:arm64 removes lua-busted), so its arm64 module is unpacked into the
-# work directory instead, as is the small lua5.4 stand-in the emulated suite
-# runs under (lua5.4:arm64 would replace the host's interpreter).
+# work directory instead, as is Debian's lua5.4 for arm64 that the emulated
+# suite runs under (installing lua5.4:arm64 would replace the host's).
 set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
 work="${ARM64_WORK:-/tmp/attn-arm64}"
@@ -32,62 +32,27 @@ if [ -n "$missing" ]; then
 fi
 
 mkdir -p "$work/bin" "$work/root"
-if [ ! -f "$work/root/usr/lib/aarch64-linux-gnu/lua/5.4/term/core.so" ]; then
-  (cd "$work" && apt-get download lua-term:arm64 >/dev/null 2>&1 && dpkg-deb -x lua-term_*_arm64.deb root)
-fi
-# lua5.4 for arm64: script [args] or -e chunk ..., with a traceback on error
-cat >"$work/minilua.c" <<'EOF'
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
-#include <stdio.h>
-#include <string.h>
-static int traceback(lua_State *L) {
-  const char *m = lua_tostring(L, 1);
-  luaL_traceback(L, L, m ? m : "(error object)", 1);
-  return 1;
-}
-static int call(lua_State *L, int nargs) {
-  int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
-  lua_insert(L, base);
-  int st = lua_pcall(L, nargs, 0, base);
-  if (st != LUA_OK) fprintf(stderr, "lua5.4: %s\n", lua_tostring(L, -1));
-  return st;
-}
-int main(int argc, char **argv) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  int i = 1;
-  for (; i + 1 < argc && strcmp(argv[i], "-e") == 0; i += 2) {
-    /* lua.c's chunk name: a traceback must not echo the chunk's text */
-    const char *chunk = argv[i + 1];
-    if (luaL_loadbuffer(L, chunk, strlen(chunk), "=(command line)") != LUA_OK || call(L, 0) != LUA_OK) return 1;
-  }
-  if (i >= argc) return 0;
-  lua_createtable(L, argc, 0);
-  for (int j = 0; j < argc; j++) { lua_pushstring(L, argv[j]); lua_rawseti(L, -2, j - i); }
-  lua_setglobal(L, "arg");
-  if (luaL_loadfile(L, argv[i]) != LUA_OK) { fprintf(stderr, "lua5.4: %s\n", lua_tostring(L, -1)); return 1; }
-  for (int j = i + 1; j < argc; j++) lua_pushstring(L, argv[j]);
-  int st = call(L, argc - i - 1);
-  lua_close(L);
-  return st == LUA_OK ? 0 : 1;
-}
-EOF
-aarch64-linux-gnu-gcc -O2 -I/usr/include/lua5.4 "$work/minilua.c" -o "$work/minilua" -llua5.4
+# Debian's own arm64 interpreter and the libraries it needs, unpacked (a small
+# C stand-in built here crashed under qemu once busted had loaded some 40 spec
+# files; Debian's lua5.4 loads them all)
+for pkg in lua-term lua5.4 libreadline8 libtinfo6; do
+  if ! ls "$work"/${pkg}_*_arm64.deb >/dev/null 2>&1; then
+    (cd "$work" && apt-get download $pkg:arm64 >/dev/null 2>&1) || { echo "check-arm64: cannot download $pkg:arm64" >&2; exit 2; }
+  fi
+  dpkg-deb -x "$work"/${pkg}_*_arm64.deb "$work/root"
+done
 cat >"$work/bin/lua5.4" <<EOF
 #!/bin/sh
 LUA_CPATH="\${LUA_CPATH:-;;};$work/root/usr/lib/aarch64-linux-gnu/lua/5.4/?.so"
 export LUA_CPATH
-exec qemu-aarch64 -E LD_LIBRARY_PATH=$work/root/usr/lib/aarch64-linux-gnu $work/minilua "\$@"
+exec qemu-aarch64 -E LD_LIBRARY_PATH=$work/root/usr/lib/aarch64-linux-gnu:$work/root/lib/aarch64-linux-gnu $work/root/usr/bin/lua5.4 "\$@"
 EOF
 chmod +x "$work/bin/lua5.4"
 
 # the build: a copy of the tree (busted's config reads build/), the Makefile's defaults
 rm -rf "$work/tree"
 mkdir -p "$work/tree"
-(cd "$here" && tar cf - --exclude=./build --exclude=./build-* --exclude=./.git .) | (cd "$work/tree" && tar xf -)
+(cd "$here" && tar cf - --exclude=./build --exclude=./build-* --exclude=./.git --exclude=./.devbundle .) | (cd "$work/tree" && tar xf -)
 cd "$work/tree"
 PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig make -s CC=aarch64-linux-gnu-gcc all build/core_test
 echo "check-arm64: built $(file -b build/attn/core.so | cut -d, -f1-2)"
