@@ -152,15 +152,7 @@ function GQA:forward_cached(x)
   checks.input(C, x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   local cache = self.kv_cache
-  local cached = cache and cache.len or 0
-  if cache and cache.keys:size(1) ~= b then
-    error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
-      C, cache.keys:size(1), checks.shape(x)), 2)
-  end
-  if cached + n > self.context_length then
-    error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
-      C, cached, n, self.context_length), 2)
-  end
+  local cached = checks.kv_cache(C, cache, x, self.context_length)
   return attn.no_grad(function()
     if not cache then
       local kv, hd = self.num_kv_groups, self.head_dim

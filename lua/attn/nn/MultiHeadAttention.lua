@@ -133,15 +133,7 @@ function MHA:forward_cached(x)
   checks.input(C, x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   local cache = self.kv_cache
-  local cached = cache and cache.len or 0
-  if cache and cache.keys:size(1) ~= b then
-    error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
-      C, cache.keys:size(1), checks.shape(x)), 2)
-  end
-  if cached + n > self.context_length then
-    error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
-      C, cached, n, self.context_length), 2)
-  end
+  local cached = checks.kv_cache(C, cache, x, self.context_length)
   local mask = self.mask
   if not attn.is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < cached + n or mask:size(2) < cached + n then
     checks.mask_buffer(C, mask, cached + n)

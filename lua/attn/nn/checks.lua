@@ -120,6 +120,23 @@ function checks.context(cls, x, context_length)
   return n
 end
 
+--- A KV cache (nil, or {keys [b, ...], len}) can take x [b, n, d]: the same
+-- batch size as when it started, and len + n tokens within context_length.
+-- Returns the cached length.
+function checks.kv_cache(cls, cache, x, context_length)
+  local cached = cache and cache.len or 0
+  if cache and cache.keys:size(1) ~= x:size(1) then
+    error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
+      cls, cache.keys:size(1), shape(x)), 3)
+  end
+  local n = x:size(2)
+  if cached + n > context_length then
+    error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
+      cls, cached, n, context_length), 3)
+  end
+  return cached
+end
+
 local mask_kind = require("attn.core").modules.mask_kind
 
 --- The module's `mask` buffer for n tokens, as torch's modules read it
