@@ -69,6 +69,14 @@ int attn_flash_decode_applies(const attn_sdpa_problem *p) {
   return p->gqa_group * p->lq <= BQ && p->lk > CHUNK;
 }
 
+/* The keys of chunk ci that the query rows see (begin >= end: none). */
+static attn_key_range chunk_keys(const attn_sdpa_problem *p, int64_t ci) {
+  attn_key_range seen = attn_sdpa_rows_keys(p, 0, p->lq);
+  attn_key_range r = {ci * CHUNK > seen.begin ? ci * CHUNK : seen.begin,
+                      (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end};
+  return r;
+}
+
 typedef struct decode_ctx {
   const attn_sdpa_problem *p;
   const attn_flash_kernels *kr;
@@ -111,9 +119,8 @@ static void run_chunk(const decode_ctx *c, int64_t item, float *w) {
   int64_t sv0 = attn_sdpa_row_stride(p, &p->v), sv1 = attn_sdpa_col_stride(p, &p->v);
   const float *k = sl[0].k, *v = sl[0].v; /* the group's kv head: the same for its g slices */
 
-  attn_key_range seen = attn_sdpa_rows_keys(p, 0, lq);
-  int64_t kb = ci * CHUNK > seen.begin ? ci * CHUNK : seen.begin;
-  int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
+  attn_key_range keys = chunk_keys(p, ci);
+  int64_t kb = keys.begin, ke = keys.end;
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
     if (sl[0].blocks.kind) { /* a block mask: a key block empty for every head of the group is skipped */
@@ -187,9 +194,8 @@ static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
   int64_t sv0 = attn_sdpa_row_stride(p, &p->v), sv1 = attn_sdpa_col_stride(p, &p->v);
   const float *k = sl[0].k, *v = sl[0].v; /* the group's kv head: the same for its g slices */
 
-  attn_key_range seen = attn_sdpa_rows_keys(p, 0, lq);
-  int64_t kb = ci * CHUNK > seen.begin ? ci * CHUNK : seen.begin;
-  int64_t ke = (ci + 1) * CHUNK < seen.end ? (ci + 1) * CHUNK : seen.end;
+  attn_key_range keys = chunk_keys(p, ci);
+  int64_t kb = keys.begin, ke = keys.end;
   for (int64_t k0 = kb; k0 < ke; k0 += BK) {
     int64_t kn = ke - k0 < BK ? ke - k0 : BK;
     prefetch_block(p, k, v, k0 + kn, ke, sk0, sv0);
