@@ -204,12 +204,7 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   attn_tensor q = head_view(qp, nb, n, h, hd), k = head_view(kp, nb, n, h, hd), v = head_view(vp, nb, n, h, hd);
   int64_t csize[4] = {nb, h, n, hd};
   attn_tensor c = attn_make(ctx, 4, csize);
-  attn_sdpa_opts o = attn_sdpa_defaults();
-  o.scale = m->scale;
-  o.is_causal = m->mask == NULL;
-  o.mask = m->mask;
-  o.dropout_p = m->dropout_p;
-  o.dropout_draw = m->dropout_draw;
+  attn_sdpa_opts o = attn_self_attention_sdpa_opts(m);
   attn_status st;
   if (s) { /* the kernel "auto" runs, keeping its probabilities or log-sum-exp: the same bits of c */
     int64_t ssize[4] = {nb, h, n, n};
@@ -257,6 +252,16 @@ static int is_weight(const attn_tensor *w, int64_t rows, int64_t cols) {
 }
 
 static int is_bias(const attn_tensor *b, int64_t n) { return !b || (b->ndim == 1 && b->size[0] == n); }
+
+attn_sdpa_opts attn_self_attention_sdpa_opts(const attn_self_attention *m) {
+  attn_sdpa_opts o = attn_sdpa_defaults();
+  o.scale = m->scale;
+  o.is_causal = m->mask == NULL;
+  o.mask = m->mask;
+  o.dropout_p = m->dropout_p;
+  o.dropout_draw = m->dropout_draw;
+  return o;
+}
 
 attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in) {
   int64_t d_out = m->wq ? m->wq->size[0] : 0;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "rng.h"
+#include "sdpa.h"
 #include "tensor.h"
 
 typedef struct attn_self_attention {
@@ -27,6 +28,10 @@ typedef struct attn_self_attention {
  * from wq) with a unit stride (as BLAS takes them), biases [d_out], out_proj
  * [d_out, d_out], heads dividing d_out, dropout_p in [0, 1). */
 attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in);
+
+/* The attention options of m's forward and backward: its scale, causal
+ * (no mask) or its mask, its dropout and draw. */
+attn_sdpa_opts attn_self_attention_sdpa_opts(const attn_self_attention *m);
 
 /* out [B, n, d_out] = the module's forward of x [B, n, d_in] (both
  * contiguous), causal (query i sees keys 0..i) or under m->mask. A query row

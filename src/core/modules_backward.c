@@ -214,12 +214,7 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   }
   int64_t hsize[4] = {nb, h, n, hd}, psize[4] = {nb, h, n, n};
   attn_tensor ot = attn_make(o, 4, hsize), st_t = attn_make(saved, kernel == ATTN_SDPA_MATH ? 4 : 3, psize);
-  attn_sdpa_opts opts = attn_sdpa_defaults();
-  opts.scale = m->scale;
-  opts.is_causal = m->mask == NULL;
-  opts.mask = m->mask;
-  opts.dropout_p = m->dropout_p;
-  opts.dropout_draw = m->dropout_draw;
+  attn_sdpa_opts opts = attn_self_attention_sdpa_opts(m);
   if (sv) {
     /* kept by the forward */
   } else if (kernel == ATTN_SDPA_MATH && n * n * hd <= ATTN_SMALL_GEMM_MACS) {
