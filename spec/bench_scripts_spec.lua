@@ -128,8 +128,17 @@ describe("scripts/bench.lua", function()
 end)
 
 describe("scripts/bench_scaling.lua", function()
+  -- attn's own launcher, in this process's environment (under make asan the
+  -- sanitizer preload is what the instrumented module needs)
+  local function run_attn(args)
+    local p = assert(io.popen("scripts/attn-lua scripts/bench_scaling.lua " .. args .. " 2>&1"))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    return code, out
+  end
+
   it("runs bench.lua per thread count and prints one row per case and kernel", function()
-    local code, out = run("scripts/attn-lua scripts/bench_scaling.lua --threads 1 --cases tiny --reps 1")
+    local code, out = run_attn("--threads 1 --cases tiny --reps 1")
     assert.are.equal(0, code, out)
     assert.truthy(out:find("# OpenBLAS core, attn kernel: ", 1, true), out)
     -- sgemm_peak is always added: the reference of the ratio column
@@ -139,10 +148,10 @@ describe("scripts/bench_scaling.lua", function()
   end)
 
   it("refuses bad arguments, naming them", function()
-    local code, out = run("scripts/attn-lua scripts/bench_scaling.lua --threads 0")
+    local code, out = run_attn("--threads 0")
     assert.are.equal(2, code, out)
     assert.truthy(out:find("--threads wants counts like 1,2,4; got 0", 1, true), out)
-    code, out = run("scripts/attn-lua scripts/bench_scaling.lua --bogus 1")
+    code, out = run_attn("--bogus 1")
     assert.are.equal(2, code, out)
     assert.truthy(out:find("unknown or incomplete argument --bogus", 1, true), out)
   end)
