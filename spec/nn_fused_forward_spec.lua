@@ -125,4 +125,38 @@ describe("attn.nn fused forward", function()
       ca.W_value.weight, nil))
     assert.are.same({6, 2}, ca(attn.rand(6, 3)):size()) -- p = 1: zeros, from the module path
   end)
+  -- m(x) of CausalAttention and MultiHeadAttention runs the fused call
+  -- without Module.__call's protected call: what that shortcut must keep
+  for _, make in ipairs({
+    function() return nn.CausalAttention(3, 2, 6, 0.0), attn.randn(2, 6, 3) end,
+    function() return nn.MultiHeadAttention(3, 2, 6, 0.0, 2), attn.randn(2, 6, 3) end,
+  }) do
+    local m0 = make()
+    local cls = getmetatable(m0).__name
+    it(cls .. " m(x): a forward replaced on the instance or in a subclass is the one called", function()
+      local m, x = make()
+      m.forward = function(_, input) return input:size() end
+      assert.are.same(x:size(), m(x))
+      local Sub = nn[cls]:extend("Sub" .. cls)
+      function Sub:forward(input) return nn[cls].forward(self, input) * 2 end
+      attn.manual_seed(3)
+      local s = Sub(3, 2, 6, 0.0, cls == "MultiHeadAttention" and 2 or nil)
+      attn.manual_seed(3)
+      local plain = make()
+      assert_same_bits(s(x), plain(x) * 2)
+      local Same = nn[cls]:extend("Same" .. cls) -- forward inherited: the shortcut applies, same bits
+      attn.manual_seed(3)
+      assert_same_bits(Same(3, 2, 6, 0.0, cls == "MultiHeadAttention" and 2 or nil)(x), plain(x))
+    end)
+
+    it(cls .. " m(x): bad input still raises the error naming " .. cls .. ":forward", function()
+      local m = make()
+      local ok, err = pcall(function() return m(attn.randn(2, 6, 4)) end)
+      assert.is_false(ok)
+      assert.are.equal(cls .. ":forward: 'x' of shape [2, 6, 4] must end in d_in = 3", err)
+      ok, err = pcall(function() return m(attn.randn(2, 6, 3), {bogus = true}) end)
+      assert.is_false(ok)
+      assert.matches(cls .. ":forward", err)
+    end)
+  end
 end)

@@ -83,8 +83,8 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
     int64_t n = x->size[x->ndim - 2], at[ATTN_MAX_DIMS];
     float bad;
     if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
-    *mask_corner = corner(mask, n);
     if (!attn_mask_is_causal(mask, n)) { /* the causal triangle (the default buffer) is 0/1: one pass */
+      *mask_corner = corner(mask, n);
       if (attn_mask_find_non_binary(mask_corner, at, &bad)) return 0;
       m->mask = mask_corner;
     }

@@ -42,6 +42,29 @@ function CausalAttention:init(d_in, d_out, context_length, dropout, opts)
   self._fused_children = false -- forward's cache of its class checks
 end
 
+-- The fused forward of x (one C call, recorded when autograd records), or
+-- nil when the call is not one the fused path runs (children replaced by
+-- other classes, dropout 1, a bad x): it raises no error of its own for
+-- bad input, it leaves those to forward_modules.
+local function fused_call(self, x)
+  local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
+  -- the class checks are made once per set of children (they cost more than
+  -- the rest of a tiny forward's Lua): a child replaced by assignment is checked anew
+  local checked = self._fused_children
+  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == dropout) then
+    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(dropout) == Dropout and { q, k, v, dropout }
+    self._fused_children = checked
+  end
+  if not checked then return nil end
+  local p = dropout.training and dropout.p or 0
+  if p >= 1 then return nil end
+  -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
+  local fused = is_grad_enabled() and Module.linears_recording(x, q, k, v) and fused_recorded or fused_forward
+  return fused(x, self.d_in, self.context_length, 0, 1, 1 / sqrt(self.d_out), p,
+    q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)
+end
+
 --- x [..., n, d_in] (2 to 8 dims, n <= context_length) -> [..., n, d_out]; with
 -- `{need_weights = true}` also the attention weights [..., n, n] (after dropout).
 -- One C call (attn.core.modules.attention_forward) when the children are the
@@ -52,26 +75,21 @@ function CausalAttention:forward(x, opts)
     opts = checks.options("CausalAttention", opts, 2, { need_weights = "boolean" })
     if opts.need_weights then return self:forward_modules(x, true) end
   end
-  local q, k, v, dropout = self.W_query, self.W_key, self.W_value, self.dropout
-  -- the class checks are made once per set of children (they cost more than
-  -- the rest of a tiny forward's Lua): a child replaced by assignment is checked anew
-  local checked = self._fused_children
-  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == dropout) then
-    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(dropout) == Dropout and { q, k, v, dropout }
-    self._fused_children = checked
+  return fused_call(self, x) or self:forward_modules(x)
+end
+
+-- m(x): the fused call straight away when forward is this class's (not
+-- overridden by a subclass or on the instance). Module.__call's protected
+-- call, which words forward's errors for the caller, costs a tenth of a
+-- notebook-size forward; the fused call raises none for bad input.
+local forward = CausalAttention.forward
+local module_call = Module.__call
+function CausalAttention.__call(self, x, opts)
+  if opts == nil and self.forward == forward then
+    local y = fused_call(self, x)
+    if y then return y end
   end
-  if checked then
-    local p = dropout.training and dropout.p or 0
-    if p < 1 then
-      -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
-      local fused = is_grad_enabled() and Module.linears_recording(x, q, k, v) and fused_recorded or fused_forward
-      local y = fused(x, self.d_in, self.context_length, 0, 1, 1 / sqrt(self.d_out), p,
-        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)
-      if y then return y end
-    end
-  end
-  return self:forward_modules(x)
+  return module_call(self, x, opts)
 end
 
 --- The forward module by module (the reference for the fused path); with

@@ -50,6 +50,30 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self._fused_children = false -- forward's cache of its class checks
 end
 
+-- The fused forward of x (one C call: projections, heads as strided views,
+-- attention, out_proj; recorded when autograd records), or nil when the call
+-- is not one the fused path runs (children replaced by other classes, dropout
+-- 1, a bad x): it raises no error of its own for bad input, it leaves those
+-- to forward_modules.
+local function fused_call(self, x)
+  local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
+  -- the class checks are made once per set of children (see CausalAttention's fused_call)
+  local checked = self._fused_children
+  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == o
+          and checked[5] == dropout) then
+    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
+      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and { q, k, v, o, dropout }
+    self._fused_children = checked
+  end
+  if not checked then return nil end
+  local p = dropout.training and dropout.p or 0
+  if p >= 1 then return nil end
+  -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
+  local fused = is_grad_enabled() and Module.linears_recording(x, q, k, v, o) and fused_recorded or fused_forward
+  return fused(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
+    q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias, self.mask)
+end
+
 --- x [b, n, d_in] (n <= context_length) -> [b, n, d_out]; with
 -- `{use_cache = true}` see forward_cached; with
 -- `{need_weights = true}` also the attention weights [b, num_heads, n, n]
@@ -69,27 +93,20 @@ function MHA:forward(x, opts)
     end
     if opts.need_weights then return self:forward_modules(x, true) end
   end
-  local q, k, v, o, dropout = self.W_query, self.W_key, self.W_value, self.out_proj, self.dropout
-  -- the class checks are made once per set of children (see CausalAttention:forward)
-  local checked = self._fused_children
-  if not (checked and checked[1] == q and checked[2] == k and checked[3] == v and checked[4] == o
-          and checked[5] == dropout) then
-    checked = getmetatable(q) == Linear and getmetatable(k) == Linear and getmetatable(v) == Linear
-      and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and { q, k, v, o, dropout }
-    self._fused_children = checked
+  return fused_call(self, x) or self:forward_modules(x)
+end
+
+-- m(x): the fused call straight away when forward is this class's (see
+-- CausalAttention.__call: Module.__call's protected call is a tenth of a
+-- notebook-size forward; the fused call raises none for bad input).
+local forward = MHA.forward
+local module_call = Module.__call
+function MHA.__call(self, x, opts)
+  if opts == nil and self.forward == forward then
+    local y = fused_call(self, x)
+    if y then return y end
   end
-  if checked then
-    local p = dropout.training and dropout.p or 0
-    if p < 1 then
-      -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
-      local fused = is_grad_enabled() and Module.linears_recording(x, q, k, v, o) and fused_recorded
-        or fused_forward
-      local y = fused(x, self.d_in, self.context_length, 3, self.num_heads, self.scale, p,
-        q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, o.weight, o.bias, self.mask)
-      if y then return y end
-    end
-  end
-  return self:forward_modules(x)
+  return module_call(self, x, opts)
 end
 
 --- The forward module by module (the reference for the fused path); with
