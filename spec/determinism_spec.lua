@@ -29,6 +29,7 @@ save("math_weights", w)
 save("matmul", gen(5, 600, 700):matmul(gen(6, 700, 600)))
 save("matmul_batched", gen(7, 4, 100, 90):matmul(gen(8, 90, 80):t():t()))
 save("matmul_transposed", gen(9, 700, 300):t():matmul(gen(10, 700, 520)))
+save("matmul_long_k", gen(12, 2048, 130):t():matmul(gen(13, 2048, 200))) -- a weight gradient: small tiles
 attn.manual_seed(5)
 local x = gen(11, 2, 150, 128)
 save("SelfAttentionV1", nn.SelfAttentionV1(128, 96)(x[1]))
@@ -43,7 +44,7 @@ io.write("END\n")
 ]]
 
 local NAMES = {"math", "math_causal", "math_mask", "flash", "flash_causal", "flash_mask", "math_weights", "matmul",
-               "matmul_batched", "matmul_transposed", "SelfAttentionV1", "SelfAttentionV2", "CausalAttention",
+               "matmul_batched", "matmul_transposed", "matmul_long_k", "SelfAttentionV1", "SelfAttentionV2", "CausalAttention",
                "MultiHeadAttentionWrapper", "MultiHeadAttention", "Attention", "MultiHeadAttention_dropout"}
 
 local function read(path)

@@ -24,6 +24,40 @@ describe("attn.matmul", function()
     assert.equal(1, a[1][1])
     C.is(a:matmul(a:t()), {2, 2}, {5, 11, 11, 25})
   end)
+  -- long-k products of few outputs (a Linear's weight gradient) are cut into
+  -- tiles of 64 rows or columns, a ragged last one included: every element,
+  -- tile edges and all, against sums in double over the same float inputs
+  it("long-k products of few outputs (cut into small tiles) match sums in double", function()
+    attn.manual_seed(21)
+    local cases = {
+      {attn.randn(2048, 130):t(), attn.randn(2048, 200)},            -- a^T b: [130, 200] over k 2048
+      {attn.randn(70, 1500), attn.randn(300, 1500):t()},             -- a b^T: [70, 300]
+      {attn.randn(3, 96, 1200), attn.randn(3, 1200, 100)},           -- batched [3, 96, 100]
+    }
+    for ci, c in ipairs(cases) do
+      local a, b = c[1], c[2]
+      local r = attn.matmul(a, b)
+      local A, B, R = a:contiguous():totable(), b:contiguous():totable(), r:totable()
+      if a:dim() == 2 then A, B, R = {A}, {B}, {R} end
+      local k = a:size(-1)
+      local worst = 0
+      for bi = 1, #R do
+        local Ab, Bb, Rb = A[bi], B[bi], R[bi]
+        for i = 1, #Rb, 3 do          -- every third row and column: every tile and its edges
+          for j = 1, #Rb[1], 3 do
+            local sum, mag = 0.0, 0.0
+            for t = 1, k do
+              local p = Ab[i][t] * Bb[t][j]
+              sum, mag = sum + p, mag + math.abs(p)
+            end
+            local err = math.abs(Rb[i][j] - sum) / (mag + 1e-30)
+            if err > worst then worst = err end
+          end
+        end
+      end
+      assert(worst < 1e-6, ("case %d: worst error %.3g of the sum of |products|"):format(ci, worst))
+    end
+  end)
   it("inputs with inf/NaN propagate as IEEE says", function()
     local r = attn.tensor{{1, 0 / 0}}:matmul(attn.tensor{{1}, {1}}):item()
     assert.is_true(r ~= r)

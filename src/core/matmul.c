@@ -19,10 +19,32 @@ int attn_blas_threads(void) { return openblas_get_num_threads(); }
 /* The product is cut into tiles of at most TILE_M x TILE_N outputs (per batch
  * item), each one single-threaded cblas_sgemm, the tiles spread over OpenMP
  * threads. OpenBLAS's own threaded sgemm splits the work by the thread count
- * and its bits differ between 1 and 2 threads; constant tiles make the bits
- * of every result the same for any OMP_NUM_THREADS. */
+ * and its bits differ between 1 and 2 threads; tiles chosen by the shape
+ * alone make the bits of every result the same for any OMP_NUM_THREADS. */
 #define TILE_M 256
 #define TILE_N 512
+/* A product of at least SPLIT_MACS multiply-adds whose matrix has fewer
+ * tiles than MIN_TILES gets smaller ones (rows first, then columns, halved
+ * down to MIN_TILE): a Linear layer's weight gradient [out, in] summed over
+ * thousands of rows is one full-size tile, all of it on one thread (in
+ * train_gpt's step, a fifth of the products' work). Smaller products keep
+ * whole tiles: cut up, their pieces would fall to OpenBLAS's small-matrix
+ * kernels, whose bits differ between a transposed operand and a plain one. */
+#define MIN_TILES 8
+#define MIN_TILE 64
+#define SPLIT_MACS (1 << 23)
+
+/* The tile of an [m, n] product over k: by the sizes alone (not the batch or
+ * the threads), so attn_matmul and attn_gemm cut a product the same way. */
+static void tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tm, int64_t *tn) {
+  int64_t rows = TILE_M, cols = TILE_N;
+  if ((double)m * (double)n * (double)k >= (double)SPLIT_MACS) {
+    while (rows > MIN_TILE && ((m + rows - 1) / rows) * ((n + cols - 1) / cols) < MIN_TILES) rows /= 2;
+    while (cols > MIN_TILE && ((m + rows - 1) / rows) * ((n + cols - 1) / cols) < MIN_TILES) cols /= 2;
+  }
+  *tm = rows, *tn = cols;
+}
+
 /* Below this many multiply-adds in all, the tiles run on the calling thread. */
 #define PARALLEL_MIN_FLOPS (64 * 64 * 64)
 
@@ -164,7 +186,9 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     free(sb);
     return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
-  int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items;
+  int64_t tm, tn;
+  tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
   double work = (double)nb * (double)m * (double)n * (double)k;
   if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
@@ -174,8 +198,8 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     omp_set_num_threads(1);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
-      int64_t bi = it / (mt * nt), r0 = (it % (mt * nt)) / nt * TILE_M, c0 = it % nt * TILE_N;
-      int64_t rows = m - r0 < TILE_M ? m - r0 : TILE_M, cols = n - c0 < TILE_N ? n - c0 : TILE_N;
+      int64_t bi = it / (mt * nt), r0 = (it % (mt * nt)) / nt * tm, c0 = it % nt * tn;
+      int64_t rows = m - r0 < tm ? m - r0 : tm, cols = n - c0 < tn ? n - c0 : tn;
       const float *pa = oa.t.data, *pb = ob.t.data;
       int64_t rem = bi;
       for (int d = nbatch - 1; d >= 0; d--) {
@@ -200,7 +224,9 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
                const float *b, int64_t ldb, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  int64_t mt = (m + TILE_M - 1) / TILE_M, nt = (n + TILE_N - 1) / TILE_N, items = mt * nt;
+  int64_t tm, tn;
+  tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
   double work = (double)m * (double)n * (double)k;
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -208,8 +234,8 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
     omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
-      int64_t r0 = it / nt * TILE_M, c0 = it % nt * TILE_N;
-      int64_t rows = m - r0 < TILE_M ? m - r0 : TILE_M, cols = n - c0 < TILE_N ? n - c0 : TILE_N;
+      int64_t r0 = it / nt * tm, c0 = it % nt * tn;
+      int64_t rows = m - r0 < tm ? m - r0 : tm, cols = n - c0 < tn ? n - c0 : tn;
       const float *pa = a + (trans_a ? r0 : r0 * lda), *pb = b + (trans_b ? c0 * ldb : c0);
       if (k == 0) {
         for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
