@@ -284,12 +284,13 @@ end
 -- pause (by default until the heap has doubled) before freeing it: a training
 -- step's backward would hold every spent gradient at once. So the walk runs a
 -- full collection whenever the heap (tensor bytes included: they are
--- userdata) has grown by a tenth, and at least 2 MiB, since the walk began or
+-- userdata) has grown by 3%, and at least 512 KiB, since the walk began or
 -- the last collection. scripts/train_gpt.lua's default run: peak RSS above
--- the process's start 1.68x -> 1.44x the bytes training needs, for 2-4% of
--- its time (a collection marks few Lua objects: the tensors' bytes are not
--- traversed).
-local GC_GROWTH, GC_MIN_KB = 1.1, 2048
+-- the process's start 1.68x (no collection) -> 1.44x (a tenth, 2 MiB) ->
+-- 1.28x the bytes training needs, which a collection after every node does
+-- not lower; the step's time is unchanged within noise (a collection marks
+-- few Lua objects: the tensors' bytes are not traversed).
+local GC_GROWTH, GC_MIN_KB = 1.03, 512
 local collect = collectgarbage
 
 local function walk(ready, tail, deps, buffers, retain, capture, results)
