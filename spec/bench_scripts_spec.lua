@@ -156,3 +156,58 @@ describe("scripts/bench_scaling.lua", function()
     assert.truthy(out:find("unknown or incomplete argument --bogus", 1, true), out)
   end)
 end)
+
+describe("scripts/bench_pairs.lua", function()
+  -- attn's own launcher, in this process's environment (see bench_scaling above)
+  local function run_attn(args)
+    local p = assert(io.popen("scripts/attn-lua scripts/bench_pairs.lua " .. args .. " 2>&1"))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    return code, out
+  end
+  -- a stand-in for the PyTorch side: prints fixed lines (the appended
+  -- "--cases ... --reps ..." become the shell's positional parameters)
+  local FAKE_TORCH = [[--torch "sh -c 'echo {\\\"case\\\": \\\"tiny\\\", \\\"kernel\\\": \\\"CausalAttention\\\", \\\"ms\\\": 0.05}; ]]
+    .. [[echo {\\\"case\\\": \\\"tiny\\\", \\\"kernel\\\": \\\"MultiHeadAttention\\\", \\\"ms\\\": 0.08}' fake"]]
+
+  it("pairs each case's kernels across the two sides and prints the ratio per pair and its median", function()
+    local code, out = run_attn("--cases tiny --pairs 3 --reps 1 " .. FAKE_TORCH)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("# 3 pairs, reps 1", 1, true), out)
+    for kernel, torch_ms in pairs({ CausalAttention = 0.05, MultiHeadAttention = 0.08 }) do
+      local line = out:match("\ntiny " .. kernel .. "[^\n]*")
+      assert.truthy(line, out)
+      local nums = {}
+      for x in line:gmatch("[%d.]+x?") do nums[#nums + 1] = x end
+      -- 3 attn times, 3 torch times, 3 ratios, the median
+      assert.are.equal(10, #nums, line)
+      local ratios = {}
+      for j = 1, 3 do
+        assert.are.equal(torch_ms, tonumber(nums[3 + j]), line)
+        local expect = torch_ms / tonumber(nums[j])
+        assert.near(expect, tonumber(nums[6 + j]), 0.006 * expect + 0.005, line)
+        ratios[j] = tonumber(nums[6 + j])
+      end
+      table.sort(ratios)
+      assert.near(ratios[2], tonumber((nums[10]:gsub("x$", ""))), 0.011, line)
+    end
+  end)
+
+  it("refuses bad arguments and a failing side, naming them", function()
+    local code, out = run_attn("--pairs 0")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("--pairs wants a positive integer, got 0", 1, true), out)
+    code, out = run_attn("--bogus 1")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("unknown or incomplete argument --bogus", 1, true), out)
+    code, out = run_attn("--cases 'tiny;rm'")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("--cases wants names like", 1, true), out)
+    code, out = run_attn("--cases tiny --pairs 1 --reps 1 --torch false")
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("the torch side failed", 1, true), out)
+    code, out = run_attn("--cases tiny --pairs 1 --reps 1 --torch true")
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("no case was timed by both sides", 1, true), out)
+  end)
+end)
