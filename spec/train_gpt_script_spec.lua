@@ -83,6 +83,11 @@ describe("scripts/train_gpt.lua", function()
     local exact_need = (16 * params + 4 * floats) / mib
     assert.is_true(math.abs(tonumber(peak) / exact_need - tonumber(ratio)) < 0.01 * tonumber(ratio), out)
     assert.is_truthy(out:find("MiB of it before training (interpreter, libraries, text), the ", 1, true), out)
+    -- under --threads the script runs again with OMP_NUM_THREADS set: the flag goes along
+    code, out = run(tiny("--steps 1 --sample 0 --threads 1 --report-memory"))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("training: 1 steps of 4 x 16 tokens, AdamW lr 0.003, seed 123, 1 thread(s)", 1, true), out)
+    assert.is_truthy(out:find("\nmemory: need [%d.]+ MiB"), out)
   end)
 
   it("resumed from its step-2 checkpoint, ends with the straight run's bits", function()
