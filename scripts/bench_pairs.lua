@@ -44,16 +44,7 @@ local sides = {
 }
 local raw = opts.raw and assert(io.open(opts.raw, "w"))
 
--- the bench scripts' lines are flat JSON objects of strings, numbers and booleans
-local function parse(line)
-  local t = {}
-  for k, v in line:gmatch('"([%w_]+)":%s*("?[^,}]*"?)') do
-    if v:sub(1, 1) == '"' then t[k] = v:sub(2, -2)
-    elseif v == "true" or v == "false" then t[k] = v == "true"
-    else t[k] = tonumber(v) end
-  end
-  return t
-end
+local parse = require("bench_lines").parse
 
 -- one run of a side: {[case] = {[kernel] = ms}}, in the order cases appear
 local function run(side, order)

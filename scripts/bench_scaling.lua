@@ -31,16 +31,7 @@ local launcher = arg[0]:gsub("bench_scaling%.lua$", "attn-lua")
 local bench = arg[0]:gsub("bench_scaling%.lua$", "bench.lua")
 local raw = opts.raw and assert(io.open(opts.raw, "w"))
 
--- bench.lua's lines are flat JSON objects of strings, numbers and booleans
-local function parse(line)
-  local t = {}
-  for k, v in line:gmatch('"([%w_]+)":%s*("?[^,}]*"?)') do
-    if v:sub(1, 1) == '"' then t[k] = v:sub(2, -2)
-    elseif v == "true" or v == "false" then t[k] = v == "true"
-    else t[k] = tonumber(v) end
-  end
-  return t
-end
+local parse = require("bench_lines").parse
 
 local function figure(d)
   for _, key in ipairs { "tokens_per_s", "gbps", "us_per_call", "gflops" } do

@@ -127,15 +127,17 @@ describe("scripts/bench.lua", function()
   end)
 end)
 
+-- a script run by attn's own launcher, in this process's environment (under
+-- make asan the sanitizer preload is what the instrumented module needs)
+local function run_script(script, args)
+  local p = assert(io.popen("scripts/attn-lua scripts/" .. script .. " " .. args .. " 2>&1"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return code, out
+end
+
 describe("scripts/bench_scaling.lua", function()
-  -- attn's own launcher, in this process's environment (under make asan the
-  -- sanitizer preload is what the instrumented module needs)
-  local function run_attn(args)
-    local p = assert(io.popen("scripts/attn-lua scripts/bench_scaling.lua " .. args .. " 2>&1"))
-    local out = p:read("a")
-    local _, _, code = p:close()
-    return code, out
-  end
+  local function run_attn(args) return run_script("bench_scaling.lua", args) end
 
   it("runs bench.lua per thread count and prints one row per case and kernel", function()
     local code, out = run_attn("--threads 1 --cases tiny --reps 1")
@@ -158,13 +160,7 @@ describe("scripts/bench_scaling.lua", function()
 end)
 
 describe("scripts/bench_pairs.lua", function()
-  -- attn's own launcher, in this process's environment (see bench_scaling above)
-  local function run_attn(args)
-    local p = assert(io.popen("scripts/attn-lua scripts/bench_pairs.lua " .. args .. " 2>&1"))
-    local out = p:read("a")
-    local _, _, code = p:close()
-    return code, out
-  end
+  local function run_attn(args) return run_script("bench_pairs.lua", args) end
   -- a stand-in for the PyTorch side: prints fixed lines (the appended
   -- "--cases ... --reps ..." become the shell's positional parameters)
   local FAKE_TORCH = [[--torch "sh -c 'echo {\\\"case\\\": \\\"tiny\\\", \\\"kernel\\\": \\\"CausalAttention\\\", \\\"ms\\\": 0.05}; ]]

@@ -78,19 +78,8 @@ function CausalAttention:forward(x, opts)
   return fused_call(self, x) or self:forward_modules(x)
 end
 
--- m(x): the fused call straight away when forward is this class's (not
--- overridden by a subclass or on the instance). Module.__call's protected
--- call, which words forward's errors for the caller, costs a tenth of a
--- notebook-size forward; the fused call raises none for bad input.
-local forward = CausalAttention.forward
-local module_call = Module.__call
-function CausalAttention.__call(self, x, opts)
-  if opts == nil and self.forward == forward then
-    local y = fused_call(self, x)
-    if y then return y end
-  end
-  return module_call(self, x, opts)
-end
+-- m(x): the fused call without Module.__call's protected call (Module.direct_call)
+CausalAttention.__call = Module.direct_call(CausalAttention, fused_call)
 
 --- The forward module by module (the reference for the fused path); with
 -- need_weights, also the weights [..., n, n].

@@ -96,18 +96,8 @@ function MHA:forward(x, opts)
   return fused_call(self, x) or self:forward_modules(x)
 end
 
--- m(x): the fused call straight away when forward is this class's (see
--- CausalAttention.__call: Module.__call's protected call is a tenth of a
--- notebook-size forward; the fused call raises none for bad input).
-local forward = MHA.forward
-local module_call = Module.__call
-function MHA.__call(self, x, opts)
-  if opts == nil and self.forward == forward then
-    local y = fused_call(self, x)
-    if y then return y end
-  end
-  return module_call(self, x, opts)
-end
+-- m(x): the fused call without Module.__call's protected call (Module.direct_call)
+MHA.__call = Module.direct_call(MHA, fused_call)
 
 --- The forward module by module (the reference for the fused path); with
 -- need_weights, also the weights [b, h, n, n].
