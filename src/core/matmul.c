@@ -29,7 +29,8 @@ int attn_blas_threads(void) { return openblas_get_num_threads(); }
  * thousands of rows is one full-size tile, all of it on one thread (in
  * train_gpt's step, a fifth of the products' work). Smaller products keep
  * whole tiles: cut up, their pieces would fall to OpenBLAS's small-matrix
- * kernels, whose bits differ between a transposed operand and a plain one. */
+ * kernels, whose bits differ between a transposed operand and a plain one
+ * (as a cut product's ragged last tile may, like any TILE_M remainder). */
 #define MIN_TILES 8
 #define MIN_TILE 64
 #define SPLIT_MACS (1 << 23)
