@@ -98,6 +98,19 @@ static void zero(attn_tensor *t) {
   if (t) memset(t->data, 0, (size_t)attn_numel(t) * sizeof(float));
 }
 
+/* s [n] = the scores of query row i of head slice sl against every key,
+ * modified as the forward modifies them (mask, causal, ...); qs [hd] scratch. */
+static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, int64_t i, int64_t n, int64_t hd,
+                      int64_t sk, float *qs, float *s) {
+  attn_sdpa_load_q(pr, sl, i, 1, qs, 0, 1);
+  for (int64_t j = 0; j < n; j++) {
+    float acc = 0.0f;
+    for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl->k[j * sk + d];
+    s[j] = acc;
+  }
+  attn_sdpa_modify_tile(pr, sl, i, 1, 0, n, s, 0, 1);
+}
+
 void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
                                        const attn_self_attention_grads *g) {
   int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
@@ -126,13 +139,7 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
         attn_sdpa_slice_at(&pr, hh, &sl);
         for (int64_t i = 0; i < n; i++) {
           float *s = w + i * n, *ci = c + i * dd + hh * hd;
-          attn_sdpa_load_q(&pr, &sl, i, 1, qs, 0, 1);
-          for (int64_t j = 0; j < n; j++) {
-            float acc = 0.0f;
-            for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d];
-            s[j] = acc;
-          }
-          attn_sdpa_modify_tile(&pr, &sl, i, 1, 0, n, s, 0, 1);
+          score_row(&pr, &sl, i, n, hd, sk, qs, s);
           int hidden = attn_softmax_dropout_row(s, n, m->dropout_p, m->dropout_draw, ((b * h + hh) * n + i) * n, f,
                                                 NULL);
           for (int64_t d = 0; d < hd; d++) {
@@ -154,13 +161,7 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
       /* P (before dropout) and W = P * F, row by row, and O_i = W_i V (Dl_i = dC_i . O_i) */
       for (int64_t i = 0; i < n; i++) {
         float *pi = p + i * n, *wi = w + i * n;
-        attn_sdpa_load_q(&pr, &sl, i, 1, qs, 0, 1);
-        for (int64_t j = 0; j < n; j++) {
-          float acc = 0.0f;
-          for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d];
-          pi[j] = acc;
-        }
-        attn_sdpa_modify_tile(&pr, &sl, i, 1, 0, n, pi, 0, 1);
+        score_row(&pr, &sl, i, n, hd, sk, qs, pi);
         int64_t position = ((b * h + hh) * n + i) * n;
         attn_softmax_dropout_row(pi, n, 0.0, (attn_dropout_draw){0, NULL}, position, f, NULL); /* 0s if hidden */
         memcpy(wi, pi, (size_t)n * sizeof(float));
