@@ -83,6 +83,8 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
  * its views), PyTorch's version counter: autograd compares it with the
  * version a recorded op saved. fname names the writer in later messages. */
 void attnL_bump_version(lua_State *L, int arg, const char *fname);
+/* The version of the storage of the tensor at arg (0 when never written in place). */
+lua_Integer attnL_version(lua_State *L, int arg);
 /* Push the version of the tensor at arg and the name of its last in-place
  * writer (nil when none); returns 2. */
 int attnL_push_version(lua_State *L, int arg);

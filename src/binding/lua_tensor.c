@@ -839,18 +839,6 @@ static int autograd_outputs(lua_State *L) {
   return 0;
 }
 
-/* The version of tensor idx's storage (0 when never written in place). */
-static lua_Integer storage_version(lua_State *L, int idx) {
-  lua_Integer v = 0;
-  if (lua_getiuservalue(L, idx, 1) == LUA_TUSERDATA) {
-    lua_getiuservalue(L, -1, 1);
-    v = lua_tointeger(L, -1);
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
 /* _autograd_save(...): {n = n, the n values, then at n + i the version of
  * value i when it is a tensor (false otherwise)}: what ctx:save_for_backward keeps. */
 static int autograd_save(lua_State *L) {
@@ -859,7 +847,7 @@ static int autograd_save(lua_State *L) {
   for (int i = 1; i <= n; i++) {
     lua_pushvalue(L, i);
     lua_rawseti(L, n + 1, i);
-    if (is_tensor_at(L, i)) lua_pushinteger(L, storage_version(L, i));
+    if (is_tensor_at(L, i)) lua_pushinteger(L, attnL_version(L, i));
     else lua_pushboolean(L, 0);
     lua_rawseti(L, n + 1, n + i);
   }
@@ -879,7 +867,7 @@ static int autograd_changed(lua_State *L) {
     lua_rawgeti(L, 1, i);
     if (is_tensor_at(L, -1)) {
       lua_rawgeti(L, 1, n + i);
-      int same = lua_tointeger(L, -1) == storage_version(L, -2);
+      int same = lua_tointeger(L, -1) == attnL_version(L, -2);
       lua_pop(L, 1);
       if (!same) {
         lua_pushinteger(L, i);

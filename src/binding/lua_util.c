@@ -206,19 +206,27 @@ void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   lua_pop(L, 1);
 }
 
+lua_Integer attnL_version(lua_State *L, int arg) {
+  lua_Integer v = 0;
+  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
+    lua_getiuservalue(L, -1, 1);
+    v = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
 int attnL_push_version(lua_State *L, int arg) {
   arg = lua_absindex(L, arg);
-  if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
+  lua_pushinteger(L, attnL_version(L, arg));
+  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
+    lua_getiuservalue(L, -1, 2);
+    lua_remove(L, -2);
+  } else {
     lua_pop(L, 1);
-    lua_pushinteger(L, 0);
     lua_pushnil(L);
-    return 2;
   }
-  lua_getiuservalue(L, -1, 1);
-  lua_pushinteger(L, lua_tointeger(L, -1));
-  lua_replace(L, -2);
-  lua_getiuservalue(L, -2, 2);
-  lua_remove(L, -3);
   return 2;
 }
 
@@ -237,11 +245,11 @@ static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, con
   } else {
     lua_pushcfunction(L, allocate_storage);
     lua_pushlightuserdata(L, &bytes);
-  }
-  if (bytes > SMALL_STORAGE_BYTES && lua_pcall(L, 1, 1, 0) != LUA_OK) {
-    lua_pop(L, 1);
-    attnL_error(L, fname, "cannot allocate %I bytes for a tensor of %I elements (out of memory)",
-                (lua_Integer)bytes, (lua_Integer)numel);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      lua_pop(L, 1);
+      attnL_error(L, fname, "cannot allocate %I bytes for a tensor of %I elements (out of memory)",
+                  (lua_Integer)bytes, (lua_Integer)numel);
+    }
   }
   float *data = lua_touserdata(L, -1);
   if (zero && bytes) memset(data, 0, bytes);
