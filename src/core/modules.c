@@ -52,9 +52,12 @@ static attn_tensor head_view(float *data, int64_t nb, int64_t n, int64_t h, int6
 
 /* ------------------------------------------------------------ tiny path */
 
-/* y[j*ldy] (j < nout) = x . w[j] (+ b[j]), w [nout, nin] with strides (sw0, sw1). */
-ATTN_FMA_CLONES static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
-                       int64_t nout) {
+/* y[j] (j < nout) = x . w[j] (+ b[j]), w [nout, nin] with strides (sw0, sw1):
+ * an FMA chain over nin from 0, as the sgemm micro-kernel accumulates. Inlined
+ * into both callers, so each FMA clone below gets its own copy. */
+static inline __attribute__((always_inline)) void linear_row_chains(const float *x, int64_t nin,
+                                                                    const attn_tensor *w, const attn_tensor *b,
+                                                                    float *y, int64_t nout) {
   int64_t sw0 = w->stride[0], sw1 = w->stride[1];
   for (int64_t j = 0; j < nout; j++) {
     const float *wj = w->data + j * sw0;
@@ -64,22 +67,18 @@ ATTN_FMA_CLONES static void linear_row(const float *x, int64_t nin, const attn_t
   }
 }
 
+ATTN_FMA_CLONES static void linear_row(const float *x, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
+                       int64_t nout) {
+  linear_row_chains(x, nin, w, b, y, nout);
+}
+
 /* The q, k and v projections of one row x [nin] into y [3 nout] (q, k, v
  * side by side): linear_row's chains, one call. */
 ATTN_FMA_CLONES static void linear_row_qkv(const attn_self_attention *m, const float *x, int64_t nin, float *y,
                                            int64_t nout) {
-  const attn_tensor *ws[3] = {m->wq, m->wk, m->wv}, *bs[3] = {m->bq, m->bk, m->bv};
-  for (int p = 0; p < 3; p++) {
-    const attn_tensor *w = ws[p], *b = bs[p];
-    int64_t sw0 = w->stride[0], sw1 = w->stride[1];
-    float *yp = y + p * nout;
-    for (int64_t j = 0; j < nout; j++) {
-      const float *wj = w->data + j * sw0;
-      float acc = 0.0f;
-      for (int64_t k = 0; k < nin; k++) acc = fmaf(x[k], wj[k * sw1], acc);
-      yp[j] = b ? acc + b->data[j * b->stride[0]] : acc;
-    }
-  }
+  linear_row_chains(x, nin, m->wq, m->bq, y, nout);
+  linear_row_chains(x, nin, m->wk, m->bk, y + nout, nout);
+  linear_row_chains(x, nin, m->wv, m->bv, y + 2 * nout, nout);
 }
 
 static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has_out_proj) {

@@ -215,18 +215,18 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   int64_t hsize[4] = {nb, h, n, hd}, psize[4] = {nb, h, n, n};
   attn_tensor ot = attn_make(o, 4, hsize), st_t = attn_make(saved, kernel == ATTN_SDPA_MATH ? 4 : 3, psize);
   attn_sdpa_opts opts = attn_self_attention_sdpa_opts(m);
-  if (sv) {
-    /* kept by the forward */
-  } else if (kernel == ATTN_SDPA_MATH && n * n * hd <= ATTN_SMALL_GEMM_MACS) {
-    attn_sdpa_problem p;
-    if ((st = attn_sdpa_describe(&q, &k, &v, &opts, &p)) != ATTN_OK) goto done;
-    attention_tiny(&p, o, saved, tmp, tmp + hd, tmp + hd + n);
-  } else if (kernel == ATTN_SDPA_MATH) {
-    opts.probs = &st_t;
-    st = attn_sdpa_math(&q, &k, &v, &opts, &ot, NULL);
-  } else {
-    opts.lse = &st_t;
-    st = attn_sdpa_flash(&q, &k, &v, &opts, &ot);
+  if (!sv) { /* else O and P were kept by the forward */
+    if (kernel == ATTN_SDPA_MATH && n * n * hd <= ATTN_SMALL_GEMM_MACS) {
+      attn_sdpa_problem p;
+      if ((st = attn_sdpa_describe(&q, &k, &v, &opts, &p)) != ATTN_OK) goto done;
+      attention_tiny(&p, o, saved, tmp, tmp + hd, tmp + hd + n);
+    } else if (kernel == ATTN_SDPA_MATH) {
+      opts.probs = &st_t;
+      st = attn_sdpa_math(&q, &k, &v, &opts, &ot, NULL);
+    } else {
+      opts.lse = &st_t;
+      st = attn_sdpa_flash(&q, &k, &v, &opts, &ot);
+    }
   }
   opts.probs = opts.lse = NULL;
   if (st != ATTN_OK) goto done;
