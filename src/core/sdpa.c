@@ -596,14 +596,10 @@ int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value
 int attn_mask_is_causal(const attn_tensor *mask, int64_t n) {
   if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
   int64_t s0 = mask->stride[0], s1 = mask->stride[1];
-  /* every module forward checks its buffer: a row is two runs without a
-   * branch per element (the loops vectorise), and the first bad row stops */
   for (int64_t i = 0; i < n; i++) {
     const float *row = mask->data + i * s0;
-    int bad = 0;
-    for (int64_t j = 0; j <= i; j++) bad |= row[j * s1] != 0.0f;
-    for (int64_t j = i + 1; j < n; j++) bad |= row[j * s1] != 1.0f;
-    if (bad) return 0;
+    for (int64_t j = 0; j < n; j++)
+      if (row[j * s1] != (j > i ? 1.0f : 0.0f)) return 0;
   }
   return 1;
 }
