@@ -264,6 +264,17 @@ local function add_to(buffers, node, slot, g)
   if old == nil then b[slot] = g else b[slot] = old + g end
 end
 
+-- A gradient reaching leaf x: into x.grad, or for autograd.grad into its
+-- result when x is one of its inputs.
+local function to_leaf(x, g, capture, results)
+  if capture then
+    local k = capture.leaves[x]
+    if k then results[k] = results[k] and results[k] + g or g end
+  else
+    accumulate(x, g)
+  end
+end
+
 -- The gradient flowing into a node's output slot s, as the walk hands it to
 -- the node's backward (zeros when nothing flowed into it); captured for
 -- autograd.grad when that output is one of its inputs.
@@ -329,12 +340,7 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
             :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
         end
         if not from_node then
-          if capture then
-            local k = capture.leaves[e]
-            if k then results[k] = results[k] and results[k] + g or g end
-          else
-            accumulate(e, g)
-          end
+          to_leaf(e, g, capture, results)
         else
           add_to(buffers, e.node, e.slot, g)
         end
@@ -392,12 +398,7 @@ local function run(fname, roots, root_grads, retain, capture, results)
   for i, t in ipairs(roots) do
     local h = history[t]
     if h == true then
-      if capture then
-        local k = capture.leaves[t]
-        if k then results[k] = results[k] and results[k] + root_grads[i] or root_grads[i] end
-      else
-        accumulate(t, root_grads[i])
-      end
+      to_leaf(t, root_grads[i], capture, results)
     elseif h then
       add_to(buffers, h.node, h.slot, root_grads[i])
     end
