@@ -70,10 +70,6 @@ end
 
 -- ------------------------------------------------------------ fused modules
 
--- attention_forward's 16 arguments: x, d_in, context_length, rank, heads,
--- scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask. The tensor inputs are x and
--- the parameters present, in that order.
-
 --- The fused module forward that records (CausalAttention, MultiHeadAttention):
 -- the arguments of `attn.core.modules.attention_forward`; nil when the fused
 -- path does not take the call (the module then runs module by module).

@@ -267,6 +267,13 @@ function Module:named_modules()
   return out
 end
 
+-- A tensor assigned over a registered parameter becomes one (a parameter
+-- whose requires_grad was turned off stays off, as a frozen torch parameter).
+local parameters, mark_parameter = autograd._parameters, autograd.mark_parameter
+local function adopt_parameter(t)
+  if not parameters[t] and is_tensor(t) then mark_parameter(t) end
+end
+
 --- Parameters as a list of {dotted name, tensor}, in PyTorch's order (a
 -- tensor registered twice is listed once, as torch does).
 function Module:named_parameters()
@@ -277,9 +284,7 @@ function Module:named_parameters()
       local t = m[n]
       if t ~= nil and not seen[t] then
         seen[t] = true
-        -- a tensor assigned over a parameter becomes one (a parameter whose
-        -- requires_grad was turned off stays off, as a frozen torch parameter)
-        if not autograd._parameters[t] and is_tensor(t) then autograd.mark_parameter(t) end
+        adopt_parameter(t)
         out[#out + 1] = {prefix == "" and n or (prefix .. "." .. n), t}
       end
     end
@@ -321,17 +326,17 @@ function Module:recording(x)
   return false
 end
 
-local history, parameters, is_grad_enabled = autograd._history, autograd._parameters, autograd.is_grad_enabled
+local history, is_grad_enabled = autograd._history, autograd.is_grad_enabled
 
 -- Whether one of the Linear l's parameters requires grad. Each is visited: a
--- tensor assigned over a registered parameter is marked one first, as
+-- tensor assigned over a registered parameter is adopted first, as
 -- named_parameters does.
 local function linear_requires_grad(l)
   local names, found = l._param_names, false
   for i = 1, #names do
     local t = l[names[i]]
     if t ~= nil then
-      if not parameters[t] and is_tensor(t) then autograd.mark_parameter(t) end
+      adopt_parameter(t)
       if history[t] then found = true end
     end
   end
