@@ -15,7 +15,8 @@ ATTN_EXPORT int luaopen_attn_core(lua_State *L);
  * them in anew, which costs more than the arithmetic on some VMs (mha: 240 ->
  * 147 ms here). Keep up to 64 MiB of freed heap and serve blocks below 32 MiB
  * from it (128 MiB kept too much between repeated large calls: the C_causal_bwd
- * bench's peak RSS read 265 MiB at 5 reps, 241 with 64; mha unchanged). A process that sets glibc's own MALLOC_* variables or tunables, or
+ * bench's peak RSS read 265 MiB at 5 reps, 241 with 64; mha unchanged). A
+ * process that sets glibc's own MALLOC_* variables or tunables, or
  * ATTN_NO_MALLOC_TUNING, keeps its settings. */
 static void tune_malloc(void) {
   static int done;

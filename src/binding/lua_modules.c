@@ -134,9 +134,9 @@ static int l_attention_forward(lua_State *L) {
     else lua_pushnil(L);
     sv.saved = attnL_push_uninit(L, kernel == ATTN_SDPA_MATH ? 4 : 3, s_size, FN)->data;
   }
-  if ((keep ? attn_self_attention_forward_saving(&m, &x3, &out3, &sv) : attn_self_attention_forward(&m, &x3, &out3)) !=
-      ATTN_OK)
-    attnL_core_error(L, FN);
+  attn_status st = keep ? attn_self_attention_forward_saving(&m, &x3, &out3, &sv)
+                        : attn_self_attention_forward(&m, &x3, &out3);
+  if (st != ATTN_OK) attnL_core_error(L, FN);
   if (!return_draw) {
     lua_pop(L, dropout_holder);
     return 1;
@@ -237,9 +237,9 @@ static int l_attention_backward(lua_State *L) {
   }
   attn_self_attention_saved sv;
   int kept = with_state && read_state(L, 19, &m, nb, n, d_in, &sv);
-  if ((kept ? attn_self_attention_backward_saved(&m, &x3, &dout3, &sv, &g) : attn_self_attention_backward(&m, &x3, &dout3, &g)) !=
-      ATTN_OK)
-    attnL_core_error(L, BWD);
+  attn_status st = kept ? attn_self_attention_backward_saved(&m, &x3, &dout3, &sv, &g)
+                        : attn_self_attention_backward(&m, &x3, &dout3, &g);
+  if (st != ATTN_OK) attnL_core_error(L, BWD);
   return 9;
 }
 
