@@ -122,6 +122,27 @@ describe("attn.nn.Dropout", function()
 end)
 
 describe("attn.nn.Module", function()
+  it("direct_call: m(x) takes the direct function's result, else (nil, options, another forward) the forward", function()
+    local Twice = Module:extend("Twice")
+    function Twice:forward(x, opts) return x * (opts and opts.k or 3) end -- the protected way: x * 3
+    local direct = function(_, x) if type(x) == "userdata" and x:numel() < 4 then return x * 2 end end
+    Twice.__call = Module.direct_call(Twice, direct)
+    local m = Twice()
+    assert.are.same({2, 4}, m(attn.tensor({1, 2})):totable())          -- direct
+    assert.are.same({3, 6, 9, 12}, m(attn.tensor({1, 2, 3, 4})):totable()) -- direct said nil
+    assert.are.same({5, 10}, m(attn.tensor({1, 2}), {k = 5}):totable())  -- options: the forward
+    m.forward = function(_, x) return x + 1 end                          -- replaced on the instance
+    assert.are.same({2, 3}, m(attn.tensor({1, 2})):totable())
+    error_matching(function() Twice()({1}) end, "Twice:forward: ")       -- errors worded by Module.__call
+  end)
+
+  it("direct_call: refuses what is not a class and a function, naming the argument", function()
+    error_matching(function() Module.direct_call(nil, function() end) end,
+      "Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got nil)")
+    error_matching(function() Module.direct_call(Module:extend("NoFn"), 42) end,
+      "Module.direct_call: bad argument #2 'direct' (expected a function, got number)")
+  end)
+
   it("names and orders parameters as torch (own first, then children; lists 0-based)", function()
     local m = Outer()
     local names, shapes = {}, {}

@@ -152,6 +152,13 @@ end
 -- returns nil for any call it does not take, raising no error for bad input;
 -- those calls, and m(x, opts), go the protected way.
 function Module.direct_call(cls, direct)
+  if type(cls) ~= "table" or type(cls.forward) ~= "function" then
+    error("Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got "
+          .. type(cls) .. ")", 2)
+  end
+  if type(direct) ~= "function" then
+    error("Module.direct_call: bad argument #2 'direct' (expected a function, got " .. type(direct) .. ")", 2)
+  end
   local forward, module_call = cls.forward, Module.__call
   return function(self, x, opts)
     if opts == nil and self.forward == forward then
