@@ -54,6 +54,8 @@ local inner = autograd.Function{
   end,
 }
 
+local all_dropped -- below: it calls the recorded function
+
 --- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
@@ -67,7 +69,7 @@ function M.scaled_dot_product_attention(...)
   local p = opts and opts.dropout_p
   if type(p) == "number" and not (p >= 0 and p < 1) then
     -- the C kernels take [0, 1); 1 is taken here
-    if p == 1 then return M.all_dropped(q, k, v, opts) end
+    if p == 1 then return all_dropped(q, k, v, opts) end
     error(("%s: bad option 'dropout_p' (expected a number in [0, 1], got %s)"):format(SDPA,
       p ~= p and "nan" or p == math.floor(p) and ("%.1f"):format(p) or ("%g"):format(p)), 2)
   end
@@ -75,12 +77,12 @@ function M.scaled_dot_product_attention(...)
   return inner(q, k, v, is_tensor(bias) and bias or false, opts)
 end
 
---- The attention with dropout_p = 1: every weight dropped, as torch's math
+-- The attention with dropout_p = 1: every weight dropped, as torch's math
 -- path computes it (dropout(weights, 1) is weights * 0 and draws nothing, then
 -- weights @ v), so the output stays in the graph and q, k, v (and the bias)
 -- get zero gradients rather than none. Results as the call asked: out[,
 -- weights][, lse]. The weights come from the math kernel (flash returns none).
-function M.all_dropped(q, k, v, opts)
+all_dropped = function(q, k, v, opts)
   local o = {}
   for key, val in pairs(opts) do o[key] = val end
   o.dropout_p, o.need_weights = 0, true

@@ -623,7 +623,7 @@ function M.install(attn)
   -- (PowBackward1, log of the float32 base), unlike attn.pow(number, t)
   local pow, tensor = recorded.pow, raw.tensor
   Tensor_mt.__pow = function(a, b)
-    if type(a) == "number" then a = tensor(a) end
+    if type(a) == "number" and is_tensor(b) then a = tensor(a) end
     return pow(a, b)
   end
   local neg = M.neg
