@@ -156,7 +156,7 @@ local CASES = {
     end, { "scaled_dot_product_attention", "mask" } },
   { "sdpa with an unknown option", function() return attn.scaled_dot_product_attention(T(), T(), T(), { causal = true }) end,
     { "scaled_dot_product_attention", "unknown option 'causal'" } },
-  { "sdpa with dropout_p = 1", function() return attn.scaled_dot_product_attention(T(), T(), T(), { dropout_p = 1 }) end,
+  { "sdpa with dropout_p = 1.5", function() return attn.scaled_dot_product_attention(T(), T(), T(), { dropout_p = 1.5 }) end,
     { "scaled_dot_product_attention", "'dropout_p'" } },
   { "sdpa with scale = inf", function() return attn.scaled_dot_product_attention(T(), T(), T(), { scale = math.huge }) end,
     { "scaled_dot_product_attention", "'scale'" } },

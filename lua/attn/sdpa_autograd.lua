@@ -54,6 +54,8 @@ local inner = autograd.Function{
   end,
 }
 
+local all_dropped -- below: it calls the recorded function
+
 --- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
@@ -64,8 +66,46 @@ function M.scaled_dot_product_attention(...)
   local q, k, v, opts = ...
   -- anything the recorded path would not take as given: the C function words the error
   if n > 4 or (opts ~= nil and (type(opts) ~= "table" or is_tensor(opts))) then return raw_sdpa(...) end
+  local p = opts and opts.dropout_p
+  if type(p) == "number" and not (p >= 0 and p < 1) then
+    -- the C kernels take [0, 1); 1 is taken here
+    if p == 1 then return all_dropped(q, k, v, opts) end
+    error(("%s: bad option 'dropout_p' (expected a number in [0, 1], got %s)"):format(SDPA,
+      p ~= p and "nan" or p == math.floor(p) and ("%.1f"):format(p) or ("%g"):format(p)), 2)
+  end
   local bias = opts and opts.bias
   return inner(q, k, v, is_tensor(bias) and bias or false, opts)
+end
+
+-- The attention with dropout_p = 1: every weight dropped, as torch's math
+-- path computes it (dropout(weights, 1) is weights * 0 and draws nothing, then
+-- weights @ v), so the output stays in the graph and q, k, v (and the bias)
+-- get zero gradients rather than none. Results as the call asked: out[,
+-- weights][, lse]. The weights come from the math kernel (flash returns none).
+all_dropped = function(q, k, v, opts)
+  local o = {}
+  for key, val in pairs(opts) do o[key] = val end
+  o.dropout_p, o.need_weights = 0, true
+  if o.kernel == nil or o.kernel == "auto" or o.kernel == "flash" then o.kernel = "math" end
+  local r = table.pack(M.scaled_dot_product_attention(q, k, v, o))
+  local weights = r[2] * 0
+  if opts.enable_gqa and is_tensor(v) and v:dim() >= 3 and weights:size(-3) ~= v:size(-3) then
+    -- query head h uses kv head floor((h - 1) / g) + 1: v's heads repeated g times each
+    local shape, hkv = v:size(), v:size(-3)
+    local nd = #shape
+    local wide = {}
+    for i = 1, nd - 3 do wide[i] = shape[i] end
+    wide[nd - 2], wide[nd - 1], wide[nd], wide[nd + 1] = hkv, weights:size(-3) // hkv, shape[nd - 1], shape[nd]
+    local heads = {}
+    for i = 1, nd - 3 do heads[i] = shape[i] end
+    heads[nd - 2], heads[nd - 1], heads[nd] = weights:size(-3), shape[nd - 1], shape[nd]
+    v = v:unsqueeze(nd - 1):expand(wide):reshape(heads)
+  end
+  local out = weights:matmul(v)
+  local results = { out }
+  if opts.need_weights then results[#results + 1] = weights end
+  if opts.return_lse then results[#results + 1] = r[r.n] end
+  return table.unpack(results)
 end
 
 -- ------------------------------------------------------------ fused modules

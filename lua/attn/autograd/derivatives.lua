@@ -65,24 +65,30 @@ M.mul = binary("mul", const("MulBackward0"), function(g, _, b) return g * b end,
 M.div = binary("div", function(a) return is_tensor(a) and "DivBackward0" or "MulBackward0" end,
   function(g, _, b) return g / b end,
   function(g, a, b) return -g * a / (b * b) end)
--- d/dx x^y = y x^(y-1) (0 where y == 0); d/dy x^y = x^y log x (0 where x == 0 and y >= 0), as torch's pow_backward
-M.pow = binary("pow", function(_, b) return is_tensor(b) and "PowBackward1" or "PowBackward0" end,
+-- torch's pow_backward_self / pow_backward_exponent, with its grouping g * (...):
+-- d/dx x^y = y x^(y-1), 0 where y == 0 (also at x = 0, where the formula is NaN);
+-- d/dy x^y = x^y log x, 0 where x == 0 and y >= 0. Nodes: PowBackward0 (number
+-- exponent), PowBackward1 (both tensors), PowBackward2 (number base: log(base) in double)
+M.pow = binary("pow",
+  function(a, b) return not is_tensor(a) and "PowBackward2" or is_tensor(b) and "PowBackward1" or "PowBackward0" end,
   function(g, a, b)
-    local d = g * b * raw.pow(a, b - 1)
+    if b == 0 then return raw.zeros(a:size()) end
+    local d = g * (b * raw.pow(a, b - 1))
     if is_tensor(b) then return d:masked_fill(b:eq(0), 0) end
-    if b == 0 then return d * 0 end
     return d
   end,
   function(g, a, b, r)
-    local d = g * r * raw.log(a)
-    if is_tensor(a) then return d:masked_fill(a:eq(0):mul(b:ge(0)), 0) end
-    if a == 0 then return d:masked_fill(b:ge(0), 0) end
-    return d
+    if is_tensor(a) then return g * (r * raw.log(a)):masked_fill(a:eq(0):mul(b:ge(0)), 0) end
+    local d = r * math.log(a)
+    if a == 0 then d = d:masked_fill(b:ge(0), 0) end
+    return g * d
   end, true)
--- remainder(a, b) = a - b * floor(a / b): d/da = 1, d/db = -floor(a / b) (torch's remainder backward)
+-- remainder(a, b) = a - b * (a // b): d/da = 1, d/db = -(a // b), the quotient of
+-- floor_divide as torch's remainder backward (div rounding_mode="floor"), not
+-- floor(a / b), whose rounded a / b can reach the next integer (1 % 0.1: 9, not 10)
 M.remainder = binary("remainder", function(_, b) return is_tensor(b) and "RemainderBackward1" or "RemainderBackward0" end,
   function(g) return g end,
-  function(g, a, b) return -g * raw.floor(raw.div(a, b)) end)
+  function(g, a, b) return -g * raw.floor_divide(a, b) end)
 -- maximum/minimum: the gradient to the larger (smaller) input, halved on ties
 local function extremum_grad(g, x, y, larger)
   local wins = larger and x:gt(y) or x:lt(y)
@@ -123,7 +129,7 @@ M.mul_ = binary_("mul", "MulBackward0", function(g, o) return g * o end, functio
 M.div_ = binary_("div", "DivBackward0", function(g, o) return g / o end,
   function(g, _, o, r) return -g * r / o end)
 M.remainder_ = binary_("remainder", function(_, o) return is_tensor(o) and "RemainderBackward1" or "RemainderBackward0" end,
-  function(g) return g end, function(g, old, o) return -g * raw.floor(raw.div(old, o)) end, true)
+  function(g) return g end, function(g, old, o) return -g * raw.floor_divide(old, o) end, true)
 
 -- unary ops: grad of the input from g, the input x and the result r
 local function unary(opname, name, grad)
@@ -185,8 +191,10 @@ end
 M.sum = total("sum", "SumBackward0", "SumBackward1", false)
 M.mean = total("mean", "MeanBackward0", "MeanBackward1", true)
 
--- max/min: with a dim, the gradient goes to the selected index; over all
--- elements it is shared evenly among the elements equal to the result
+-- max/min: with a dim, the gradient goes to the selected index (the first NaN
+-- where there is one) and zeros elsewhere, as torch's scatter into zeros; over
+-- all elements it is shared evenly among the elements equal to the result, or
+-- among the NaNs when the result is NaN (torch 1.13's evenly_distribute_backward)
 local function extreme(opname, name_all, name_dim)
   local f = raw[opname]
   return Function{
@@ -209,8 +217,8 @@ local function extreme(opname, name_all, name_dim)
     backward = function(ctx, g)
       if ctx.dim == nil then
         local x, r = ctx:saved()
-        local hits = x:eq(r)
-        return hits * (g / hits:sum())
+        local hits = r:item() ~= r:item() and x:ne(x) or x:eq(r)
+        return raw.zeros(x:size()):masked_fill(hits, (g / hits:sum()):item())
       end
       local idx = ctx:saved()
       local d, n = ctx.dim, ctx.shape[ctx.dim]
@@ -222,7 +230,7 @@ local function extreme(opname, name_all, name_dim)
       for i = 1, #ctx.shape do pos_shape[i] = 1 end
       pos_shape[d] = n
       local positions = raw.arange(1, n + 1):view(pos_shape)
-      return positions:eq(idx) * g
+      return g:expand(ctx.shape):masked_fill(positions:ne(idx), 0)
     end,
   }
 end
@@ -611,6 +619,13 @@ function M.install(attn)
     if attn[name] ~= nil then attn[name] = fn end
   end
   for mm, name in pairs(METAMETHODS) do Tensor_mt[mm] = recorded[name] end
+  -- number ^ tensor: torch's __rpow__ makes the number a 0-dim tensor first
+  -- (PowBackward1, log of the float32 base), unlike attn.pow(number, t)
+  local pow, tensor = recorded.pow, raw.tensor
+  Tensor_mt.__pow = function(a, b)
+    if type(a) == "number" and is_tensor(b) then a = tensor(a) end
+    return pow(a, b)
+  end
   local neg = M.neg
   Tensor_mt.__unm = function(a) return neg(a) end
 end

@@ -90,16 +90,8 @@ function CausalAttention:forward_modules(x, need_weights)
   local keys = self.W_key(x)
   local queries = self.W_query(x)
   local values = self.W_value(x)
+  -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
   local p = self.dropout.training and self.dropout.p or 0
-  if p == 1 then
-    -- torch's dropout with p = 1 zeroes every weight (and draws nothing)
-    if need_weights then
-      local ws = queries:size()
-      ws[#ws] = keys:size(-2)
-      return attn.zeros(values:size()), attn.zeros(ws)
-    end
-    return attn.zeros(values:size())
-  end
   return attn.scaled_dot_product_attention(queries, keys, values,
     { is_causal = mask == nil, mask = mask, dropout_p = p, scale = 1 / math.sqrt(keys:size(-1)),
       need_weights = need_weights })

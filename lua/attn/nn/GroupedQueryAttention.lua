@@ -104,11 +104,8 @@ end
 -- The attention of queries [b, h, Lq, hd] over keys, values [b, kv, Lk, hd]
 -- (Lk >= Lq, the queries being the last Lq positions), then out_proj.
 local function attend(self, queries, keys, values, b, n)
+  -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
   local p = self.dropout.training and self.dropout.p or 0
-  if p == 1 then
-    -- dropout of every weight (torch draws nothing): out_proj of zeros
-    return self.out_proj(attn.zeros(b, n, self.d_out))
-  end
   local o = { dropout_p = p }
   if self.group_size > 1 then o.enable_gqa = true end
   if self.window then

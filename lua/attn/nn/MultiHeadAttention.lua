@@ -111,13 +111,8 @@ function MHA:forward_modules(x, need_weights)
   local queries = self.W_query(x):view(b, n, h, hd):transpose(2, 3)
   local keys = self.W_key(x):view(b, n, h, hd):transpose(2, 3)
   local values = self.W_value(x):view(b, n, h, hd):transpose(2, 3)
+  -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
   local p = self.dropout.training and self.dropout.p or 0
-  if p == 1 then
-    -- torch's dropout with p = 1 zeroes every weight (and draws nothing): out_proj of zeros
-    local out = self.out_proj(attn.zeros(b, n, self.d_out))
-    if need_weights then return out, attn.zeros(b, h, n, n) end
-    return out
-  end
   local context, weights = attn.scaled_dot_product_attention(queries, keys, values,
     { is_causal = mask == nil, mask = mask, dropout_p = p, scale = self.scale, need_weights = need_weights })
   -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]

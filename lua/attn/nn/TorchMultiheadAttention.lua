@@ -341,15 +341,9 @@ function MultiheadAttention:forward(query, key, value, opts)
 
   local need_weights = opts.need_weights ~= false
   local p = self.training and self.dropout or 0
-  local context, weights
-  if p >= 1 then
-    -- torch's dropout with p = 1 zeroes every weight and draws nothing
-    context = attn.zeros(N, H, L, hd)
-    if need_weights then weights = attn.zeros(N, H, L, S2) end
-  else
-    context, weights = attn.scaled_dot_product_attention(q, k, v, { mask = mask, bias = bias, is_causal = causal,
-      dropout_p = p > 0 and p or nil, need_weights = need_weights })
-  end
+  -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
+  local context, weights = attn.scaled_dot_product_attention(q, k, v, { mask = mask, bias = bias, is_causal = causal,
+    dropout_p = p > 0 and p or nil, need_weights = need_weights })
   -- [N, H, L, hd] -> [L, N, H, hd] -> [L, N, E] (torch's layout), then out_proj
   local out = self.out_proj(context:permute(3, 1, 2, 4):reshape(L, N, E))
   if not batched then
