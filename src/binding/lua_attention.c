@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "sdpa_dispatch.h"
 #include "rng.h"
 #include "attn_lua.h"
 

@@ -26,7 +26,7 @@
 
 #include "attention.h"
 #include "attn_lua.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "rng.h"
 #include "sdpa_backward.h"
 

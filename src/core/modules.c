@@ -4,7 +4,7 @@
  *  - tiny problems (the notebooks' [2, 6, 3] batches): direct loops on the
  *    calling thread. A Linear output is an FMA chain over d_in from 0 (as the
  *    sgemm micro-kernel accumulates), then + bias; the attention rows follow
- *    the math kernel through the attention core (src/core/sdpa.h: the heads are
+ *    the math kernel through the attention core (src/core/sdpa_common.h: the heads are
  *    described as strided views of the projections, q scaled in float32,
  *    mask/causal by attn_sdpa_modify_tile) and its row softmax
  *    (max-subtracted expf, sum in double, one reciprocal, dropout factors by
@@ -26,7 +26,7 @@
 
 #include "attention.h"
 #include "cpu.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "modules.h"
 #include "ops.h"
 #include "rng.h"

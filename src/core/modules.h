@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "rng.h"
-#include "sdpa.h"
+#include "sdpa_common.h"
 #include "tensor.h"
 
 typedef struct attn_self_attention {

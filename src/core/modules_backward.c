@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "attention.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "modules_backward.h"
 #include "rng.h"
 #include "ops.h"
