@@ -51,32 +51,37 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
   return 1 + need_weights + return_lse;
 }
 
+/* The arguments q, k, v[, opts] of both forwards (nargs at most, fname in
+ * the errors) into t[3] and c. */
+static void forward_args(lua_State *L, int nargs, const char *fname, attn_tensor **t, attnL_sdpa_call *c) {
+  attnL_check_nargs(L, nargs, fname);
+  t[0] = attnL_check(L, 1, fname, "q");
+  t[1] = attnL_check(L, 2, fname, "k");
+  t[2] = attnL_check(L, 3, fname, "v");
+  lua_settop(L, nargs);
+  attnL_sdpa_parse_options(L, 4, fname, ATTNL_SDPA_FORWARD, t[0], c);
+}
+
 /* q, k, v[, opts] -> out[, weights][, lse] */
 static int l_sdpa(lua_State *L) {
-  attnL_check_nargs(L, 4, SDPA);
-  attn_tensor *q = attnL_check(L, 1, SDPA, "q");
-  attn_tensor *k = attnL_check(L, 2, SDPA, "k");
-  attn_tensor *v = attnL_check(L, 3, SDPA, "v");
-  lua_settop(L, 4);
+  attn_tensor *t[3];
   attnL_sdpa_call c;
-  attnL_sdpa_parse_options(L, 4, SDPA, ATTNL_SDPA_FORWARD, q, &c);
-  return run(L, SDPA, q, k, v, &c.o, c.need_weights, c.return_lse, c.kernel);
+  forward_args(L, 4, SDPA, t, &c);
+  return run(L, SDPA, t[0], t[1], t[2], &c.o, c.need_weights, c.return_lse, c.kernel);
 }
 
 /* attn.core.autograd.sdpa_forward: q, k, v[, opts[, fname]] -> out, saved,
  * kernel, draw[, weights][, lse]: the plain call's result with what its
  * backward needs (src/binding/lua_sdpa_backward.c). */
 static int l_sdpa_forward(lua_State *L) {
-  attnL_check_nargs(L, 5, FWD);
+  attnL_check_nargs(L, 5, FWD); /* (before fname is read from argument 5) */
   /* errors name the caller's function when it passes its name (the recording
    * attn.scaled_dot_product_attention): the user called that, not this */
   const char *FN = lua_type(L, 5) == LUA_TSTRING ? lua_tostring(L, 5) : FWD;
-  attn_tensor *q = attnL_check(L, 1, FN, "q");
-  attn_tensor *k = attnL_check(L, 2, FN, "k");
-  attn_tensor *v = attnL_check(L, 3, FN, "v");
-  lua_settop(L, 5);
+  attn_tensor *t[3];
   attnL_sdpa_call c;
-  attnL_sdpa_parse_options(L, 4, FN, ATTNL_SDPA_FORWARD, q, &c);
+  forward_args(L, 5, FN, t, &c);
+  attn_tensor *q = t[0], *k = t[1], *v = t[2];
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   if (attn_sdpa_out_shape(q, k, v, &c.o, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
