@@ -6,8 +6,6 @@
  * and flash_decode.c, fused), chosen by src/core/sdpa_dispatch.c. The
  * options of both SDPA calls are parsed from one table
  * (src/binding/lua_sdpa_options.c). */
-#include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 

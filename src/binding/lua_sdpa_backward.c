@@ -22,9 +22,6 @@
  *     shapes of q, k, v (summed over the dims they were broadcast along; with
  *     enable_gqa, dk and dv sum each kv head's query heads in the core);
  *     dbias the shape of bias, or nil. */
-#include <float.h>
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "attn_lua.h"

@@ -4,8 +4,6 @@
  * one its tiled driver (src/core/flash.c) or its split-K decoding driver
  * (src/core/flash_decode.c), each given the problem the shared core
  * (src/core/sdpa_common.c) describes. */
-#include <string.h>
-
 #include "attention.h"
 #include "flash.h"
 #include "flash_common.h"
