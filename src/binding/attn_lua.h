@@ -117,6 +117,11 @@ void attnL_open_cpu(lua_State *L);
 void attnL_open_modules(lua_State *L);
 /* attn.core.train: the raw training kernels (a table, not copied into attn). */
 void attnL_open_train(lua_State *L);
+/* attn.core._autograd_*: the autograd bookkeeping of recorded calls
+ * (src/binding/lua_autograd.c); expects [module, methods, metatable] on top. */
+void attnL_open_autograd(lua_State *L);
+/* Pushes t's sizes as a Lua list. */
+void attnL_push_sizes(lua_State *L, const attn_tensor *t);
 /* attn.core.autograd: the raw SDPA forward (src/binding/lua_attention.c) and
  * backward (attnL_sdpa_backward, src/binding/lua_sdpa_backward.c). */
 void attnL_open_sdpa_autograd(lua_State *L);
