@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "attention.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "npy.h"
 #include "ops.h"
 #include "rng.h"

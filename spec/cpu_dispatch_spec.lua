@@ -1,7 +1,8 @@
 -- Runtime CPU dispatch (src/core/cpu.c): attn.cpu_info's fields, ATTN_CPU forcing
 -- each kernel set this CPU can run, every set within 2e-6 relative of the
 -- others and of a double-precision reference written here, the same bits for
--- 1 and 2 threads within each set, and a clear error for an unknown choice.
+-- 1 and 2 threads within each set, the same bits for the AVX2 and AVX-512
+-- sets, and a clear error for an unknown choice.
 -- Each ATTN_CPU value runs in a child process (the choice is made once, at
 -- require time).
 local attn = require "attn"
@@ -37,6 +38,11 @@ local cases = {
   -- split-K decoding, row by row (flash_decode.c): vector tails in E and Ev; 6 rows per kv head (GQA)
   {name = "decode", lq = 1, lk = 2100, e = 20, ev = 80},
   {name = "decode_gqa", lq = 2, lk = 1500, e = 64, ev = 19, hq = 6, opts = {enable_gqa = true, window = {-1, 0}}},
+  -- E = 64 decoding: one row (queries in registers), 4 rows per kv head (their sums side by side)
+  {name = "decode_e64", lq = 1, lk = 2100, e = 64, ev = 64},
+  {name = "decode_gqa4", lq = 1, lk = 2100, e = 64, ev = 40, hq = 8, opts = {enable_gqa = true}},
+  -- 12 rows: split-K over padded tiles (more rows than the row-wise path takes)
+  {name = "decode_tiles", lq = 12, lk = 1100, e = 24, ev = 24},
 }
 for ci, c in ipairs(cases) do
   local amp = c.amp or 1
@@ -55,7 +61,8 @@ end
 print(attn.cpu_info().kernel)
 print("END")
 ]]
-local NAMES = {"plain", "causal", "causal_rect", "mask", "bias", "e1", "peaked", "dropout", "decode", "decode_gqa"}
+local NAMES = {"plain", "causal", "causal_rect", "mask", "bias", "e1", "peaked", "dropout", "decode", "decode_gqa",
+  "decode_e64", "decode_gqa4", "decode_tiles"}
 
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -67,9 +74,12 @@ do
   f:close()
 end
 
--- run the child with ATTN_CPU=choice and OMP_NUM_THREADS=threads into its own directory
+-- run the child with ATTN_CPU=choice and OMP_NUM_THREADS=threads into its own
+-- directory (once: later calls return that directory)
+local child_dirs = {}
 local function run_child(choice, threads)
   local dir = ("%s/%s_%d"):format(tmp, choice, threads)
+  if child_dirs[dir] then return dir end
   assert(os.execute("mkdir -p " .. dir))
   local p = assert(io.popen(("ATTN_CPU=%s OMP_NUM_THREADS=%d scripts/attn-lua %s %s 2>&1"):format(choice, threads,
     script, dir)))
@@ -77,6 +87,7 @@ local function run_child(choice, threads)
   p:close()
   assert(text:find("\nEND\n", 1, true), ("child ATTN_CPU=%s failed: %s"):format(choice, text:sub(1, 400)))
   assert.are.equal(choice, text:match("^([^\n]*)"), "the child ran another kernel set")
+  child_dirs[dir] = true
   return dir
 end
 
@@ -214,6 +225,28 @@ describe("ATTN_CPU", function()
       for i = 1, #want do
         assert(math.abs(flat_got[i] - want[i]) <= 2e-6 * (math.abs(want[i]) + scale),
           ("%s: element %d: %.9g, double reference %.9g"):format(choice, i, flat_got[i], want[i]))
+      end
+    end
+  end)
+end)
+
+describe("ATTN_CPU=avx2 and avx512", function()
+  -- docs/guarantees.md: the two vector sets give the same bits, on every path
+  -- of the flash kernel, the split-K decoding ones (row by row, with vector
+  -- tails in E and Ev; E = 64 with 6 rows per kv head) included
+  it("give the same bits for every case, decoding included", function()
+    local has = {}
+    for _, name in ipairs(info.available) do has[name] = true end
+    if not (has.avx2 and has.avx512) then return end
+    local d2, d512 = run_child("avx2", 1), run_child("avx512", 1)
+    for _, name in ipairs(NAMES) do
+      local a, b = read_bytes(d2 .. "/" .. name .. ".npy"), read_bytes(d512 .. "/" .. name .. ".npy")
+      if a ~= b then
+        local x, y = C.flat(attn.load(d2 .. "/" .. name .. ".npy")), C.flat(attn.load(d512 .. "/" .. name .. ".npy"))
+        local first
+        for i = 1, #x do if x[i] ~= y[i] then first = i; break end end
+        error(("%s: avx2 and avx512 differ, first at element %s: %.9g vs %.9g"):format(name, tostring(first),
+          x[first or 1], y[first or 1]))
       end
     end
   end)

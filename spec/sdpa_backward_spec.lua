@@ -470,4 +470,20 @@ describe("sdpa backward: bad input", function()
     assert.is_truthy(err(raw.sdpa_forward, q, attn.randn(2, 6, 7), v, nil, "attn.scaled_dot_product_attention"):find(
       "attn.scaled_dot_product_attention: q [2, 5, 8] and k [2, 6, 7] differ in the embedding size E", 1, true))
   end)
+  it("the recorded forward words every bad option as the plain call does (one parser for both)", function()
+    local NAME = "attn.scaled_dot_product_attention"
+    local plain = require("attn.core").scaled_dot_product_attention
+    local bad = {
+      { kernel = "fast" }, { kernel = 2 }, { scale = 1e39 }, { scale = "x" }, { dropout_p = 1 }, { softcap = -1 },
+      { softcap = "x" }, { window = { 1 } }, { window = { 1, 0.5 } }, { window = 3 }, { mask = 1 }, { bias = {} },
+      { block_mask = 1 }, { alibi_slopes = true }, { enable_gqa = 1 }, { is_causal = 0 }, { need_weights = "yes" },
+      { return_lse = 1 }, { maks = 1 }, { [1] = true }, { kernel = "flash", need_weights = true }, "opts",
+    }
+    for i, o in ipairs(bad) do
+      local e_plain = err(plain, q, k, v, o):match("attn%..*")
+      local e_recorded = err(raw.sdpa_forward, q, k, v, o, NAME):match("attn%..*")
+      assert.is_truthy(e_plain:find(NAME .. ": ", 1, true), e_plain)
+      assert.are.equal(e_plain, e_recorded, "case " .. i)
+    end
+  end)
 end)

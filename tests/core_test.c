@@ -11,7 +11,7 @@
 
 #include "ops.h"
 #include "rng.h"
-#include "sdpa.h"
+#include "sdpa_dispatch.h"
 #include "tensor.h"
 
 static int passed, failed;

@@ -117,20 +117,19 @@ void attnL_open_cpu(lua_State *L);
 void attnL_open_modules(lua_State *L);
 /* attn.core.train: the raw training kernels (a table, not copied into attn). */
 void attnL_open_train(lua_State *L);
-/* attn.core.autograd: the raw SDPA forward and backward (src/binding/lua_sdpa_backward.c). */
+/* attn.core._autograd_*: the autograd bookkeeping of recorded calls
+ * (src/binding/lua_autograd.c); expects [module, methods, metatable] on top. */
+void attnL_open_autograd(lua_State *L);
+/* Pushes t's sizes as a Lua list. */
+void attnL_push_sizes(lua_State *L, const attn_tensor *t);
+/* attn.core.autograd: the raw SDPA forward (src/binding/lua_attention.c) and
+ * backward (attnL_sdpa_backward, src/binding/lua_sdpa_backward.c). */
 void attnL_open_sdpa_autograd(lua_State *L);
-/* The SDPA variant options of the opts table at arg (enable_gqa, window,
- * alibi_slopes, softcap) into o, errors naming fname (lua_attention.c);
- * alibi_slopes (or nil) is left on the stack, so the tensor stays alive. */
-struct attn_sdpa_opts;
-void attnL_sdpa_variant_options(lua_State *L, int arg, const char *fname, struct attn_sdpa_opts *o);
+int attnL_sdpa_backward(lua_State *L);
 /* attn.block_mask and the attn.BlockMask userdata (lua_block_mask.c). */
 void attnL_open_block_mask(lua_State *L);
 /* The attn.BlockMask at idx, or NULL. */
 const struct attn_block_mask *attnL_test_block_mask(lua_State *L, int idx);
-/* opts.block_mask of the options table at arg, left on the stack: NULL when
- * nil, else an attn.BlockMask or an error naming fname. */
-const struct attn_block_mask *attnL_block_mask_option(lua_State *L, int arg, const char *fname);
 /* A dropout draw handed to Lua for a backward: pushes the MKL stream's draw
  * (an integer), or the value at holder (the default stream's keep flags,
  * attnL_draw_dropout's holder; 0: none). */

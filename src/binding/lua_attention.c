@@ -1,149 +1,23 @@
-/* Attention from Lua: attn.scaled_dot_product_attention and
- * attn.simple_attention over the core's kernels: "math" (src/core/attention.c,
- * scores materialised) and "flash" (src/core/flash.c, fused and tiled). */
-#include <float.h>
-#include <math.h>
+/* Attention from Lua: attn.scaled_dot_product_attention, its recorded
+ * forward attn.core.autograd.sdpa_forward (the same call, returning what the
+ * backward in src/binding/lua_sdpa_backward.c needs), attn.simple_attention
+ * and attn.alibi_slopes, over the core's kernels: "math"
+ * (src/core/attention.c, scores materialised) and "flash" (src/core/flash.c
+ * and flash_decode.c, fused), chosen by src/core/sdpa_dispatch.c. The
+ * options of both SDPA calls are parsed from one table
+ * (src/binding/lua_sdpa_options.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "attention.h"
-#include "rng.h"
 #include "attn_lua.h"
+#include "lua_sdpa_options.h"
+#include "rng.h"
+#include "sdpa_dispatch.h"
 
 static const char *const SDPA = "attn.scaled_dot_product_attention";
+static const char *const FWD = "attn.core.autograd.sdpa_forward";
 static const char *const SIMPLE = "attn.simple_attention";
-
-static const char *const option_names[] = {"mask",         "bias",       "is_causal",  "scale",
-                                           "dropout_p",    "need_weights", "kernel",   "return_lse",
-                                           "enable_gqa",   "window",     "alibi_slopes", "softcap", "block_mask", NULL};
-#define OPTION_LIST                                                                                     \
-  "mask, bias, is_causal, scale, dropout_p, need_weights, kernel, return_lse, enable_gqa, window, " \
-  "alibi_slopes, softcap, block_mask"
-
-/* Every key of the opts table at arg must be a known option name. */
-static void check_option_keys(lua_State *L, int arg) {
-  lua_pushnil(L);
-  while (lua_next(L, arg)) {
-    lua_pop(L, 1); /* value */
-    int known = 0;
-    if (lua_type(L, -1) == LUA_TSTRING) {
-      const char *key = lua_tostring(L, -1);
-      for (int i = 0; option_names[i]; i++)
-        if (strcmp(key, option_names[i]) == 0) known = 1;
-      if (!known) attnL_error(L, SDPA, "unknown option '%s' (expected one of " OPTION_LIST ")", key);
-    } else {
-      attnL_error(L, SDPA, "bad option key of type %s (expected one of " OPTION_LIST ")", luaL_typename(L, -1));
-    }
-  }
-}
-
-/* opts[name] pushed; a tensor option (or NULL when absent). */
-static attn_tensor *tensor_option(lua_State *L, int arg, const char *name) {
-  lua_getfield(L, arg, name);
-  if (lua_isnil(L, -1)) return NULL;
-  attn_tensor *t = attnL_test(L, -1);
-  if (!t) {
-    char buf[64];
-    attnL_error(L, SDPA, "bad option '%s' (expected attn.Tensor, got %s)", name, attnL_typename(L, -1, buf, sizeof buf));
-  }
-  return t;
-}
-
-static int bool_option(lua_State *L, int arg, const char *name) {
-  lua_getfield(L, arg, name);
-  int r = 0;
-  if (lua_isboolean(L, -1))
-    r = lua_toboolean(L, -1);
-  else if (!lua_isnil(L, -1))
-    attnL_error(L, SDPA, "bad option '%s' (expected a boolean, got %s)", name, luaL_typename(L, -1));
-  lua_pop(L, 1);
-  return r;
-}
-
-/* opts[name] as a number; *present = 0 when absent. */
-static double number_option(lua_State *L, int arg, const char *name, int *present) {
-  lua_getfield(L, arg, name);
-  double r = 0.0;
-  *present = 0;
-  if (lua_type(L, -1) == LUA_TNUMBER) {
-    r = (double)lua_tonumber(L, -1);
-    *present = 1;
-  } else if (!lua_isnil(L, -1)) {
-    attnL_error(L, SDPA, "bad option '%s' (expected a number, got %s)", name, luaL_typename(L, -1));
-  }
-  lua_pop(L, 1);
-  return r;
-}
-
-/* One side of opts.window: an integer >= -1 at index idx of the table on top. */
-static int64_t window_side(lua_State *L, int idx, const char *side, const char *fname) {
-  lua_geti(L, -1, idx);
-  int isint = 0;
-  lua_Integer n = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
-  if (!isint) {
-    if (lua_type(L, -1) == LUA_TNUMBER)
-      attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %s)", side,
-                  lua_tostring(L, -1));
-    attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s of type %s)", side,
-                luaL_typename(L, -1));
-  }
-  if (n < -1)
-    attnL_error(L, fname, "bad option 'window' (expected {left, right} of integers >= -1, got %s = %I)", side,
-                (LUA_INTEGER)n);
-  lua_pop(L, 1);
-  return (int64_t)n;
-}
-
-/* opts.window = {left, right} into o. */
-static void window_option(lua_State *L, int arg, const char *fname, attn_sdpa_opts *o) {
-  lua_getfield(L, arg, "window");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1) || attnL_test(L, -1)) {
-      char buf[64];
-      attnL_error(L, fname, "bad option 'window' (expected a table {left, right}, got %s)",
-                  attnL_typename(L, -1, buf, sizeof buf));
-    }
-    if (luaL_len(L, -1) != 2)
-      attnL_error(L, fname, "bad option 'window' (expected a table {left, right} of 2 integers, got %I entries)",
-                  (LUA_INTEGER)luaL_len(L, -1));
-    o->has_window = 1;
-    o->window_left = window_side(L, 1, "left", fname);
-    o->window_right = window_side(L, 2, "right", fname);
-  }
-  lua_pop(L, 1);
-}
-
-void attnL_sdpa_variant_options(lua_State *L, int arg, const char *fname, attn_sdpa_opts *o) {
-  lua_getfield(L, arg, "enable_gqa");
-  if (lua_isboolean(L, -1))
-    o->enable_gqa = lua_toboolean(L, -1);
-  else if (!lua_isnil(L, -1))
-    attnL_error(L, fname, "bad option 'enable_gqa' (expected a boolean, got %s)", luaL_typename(L, -1));
-  lua_pop(L, 1);
-  window_option(L, arg, fname, o);
-  lua_getfield(L, arg, "alibi_slopes"); /* stays on the stack */
-  if (!lua_isnil(L, -1)) {
-    o->alibi_slopes = attnL_test(L, -1);
-    if (!o->alibi_slopes) {
-      char buf[64];
-      attnL_error(L, fname, "bad option 'alibi_slopes' (expected attn.Tensor, got %s)",
-                  attnL_typename(L, -1, buf, sizeof buf));
-    }
-  }
-  lua_getfield(L, arg, "softcap");
-  if (lua_type(L, -1) == LUA_TNUMBER) {
-    double cap = (double)lua_tonumber(L, -1);
-    if (!(cap > 0.0 && cap <= (double)FLT_MAX) || !((float)cap > 0.0f)) {
-      char got[64];
-      snprintf(got, sizeof got, "%.9g", cap);
-      attnL_error(L, fname, "bad option 'softcap' (expected a number > 0, finite in float32, got %s)", got);
-    }
-    o->softcap = (float)cap;
-  } else if (!lua_isnil(L, -1)) {
-    attnL_error(L, fname, "bad option 'softcap' (expected a number, got %s)", luaL_typename(L, -1));
-  }
-  lua_pop(L, 1);
-}
 
 /* Run the kernel on tensors q, k, v with opts, pushing out (and weights,
  * and lse). attn_sdpa_run makes the core's one choice for "auto", as for
@@ -175,60 +49,73 @@ static int run(lua_State *L, const char *fname, attn_tensor *q, attn_tensor *k, 
   return 1 + need_weights + return_lse;
 }
 
+/* The arguments q, k, v[, opts] of both forwards (nargs at most, fname in
+ * the errors) into t[3] and c. */
+static void forward_args(lua_State *L, int nargs, const char *fname, attn_tensor **t, attnL_sdpa_call *c) {
+  attnL_check_nargs(L, nargs, fname);
+  t[0] = attnL_check(L, 1, fname, "q");
+  t[1] = attnL_check(L, 2, fname, "k");
+  t[2] = attnL_check(L, 3, fname, "v");
+  lua_settop(L, nargs);
+  attnL_sdpa_parse_options(L, 4, fname, ATTNL_SDPA_FORWARD, t[0], c);
+}
+
+/* q, k, v[, opts] -> out[, weights][, lse] */
 static int l_sdpa(lua_State *L) {
-  attnL_check_nargs(L, 4, SDPA);
-  attn_tensor *q = attnL_check(L, 1, SDPA, "q");
-  attn_tensor *k = attnL_check(L, 2, SDPA, "k");
-  attn_tensor *v = attnL_check(L, 3, SDPA, "v");
-  attn_sdpa_opts o = attn_sdpa_defaults();
-  int need_weights = 0, return_lse = 0, have_scale = 0, have_p = 0;
-  attn_sdpa_kernel kernel = ATTN_SDPA_AUTO;
-  double scale = 0.0;
-  if (!lua_isnoneornil(L, 4)) {
-    if (!lua_istable(L, 4) || attnL_test(L, 4))
-      attnL_error(L, SDPA, "bad argument #4 'opts' (expected a table of options, got %s)", luaL_typename(L, 4));
-    lua_settop(L, 4);
-    check_option_keys(L, 4);
-    o.mask = tensor_option(L, 4, "mask");   /* stays on the stack */
-    o.bias = tensor_option(L, 4, "bias");   /* stays on the stack */
-    o.is_causal = bool_option(L, 4, "is_causal");
-    need_weights = bool_option(L, 4, "need_weights");
-    return_lse = bool_option(L, 4, "return_lse");
-    attnL_sdpa_variant_options(L, 4, SDPA, &o); /* alibi_slopes stays on the stack */
-    o.block_mask = attnL_block_mask_option(L, 4, SDPA); /* stays on the stack */
-    scale = number_option(L, 4, "scale", &have_scale);
-    /* checked as the float32 the kernels use: 1e39 is a finite double but inf in float32 */
-    if (have_scale && !(fabs(scale) <= (double)FLT_MAX)) {
-      char got[64]; /* lua_pushfstring has no %g */
-      snprintf(got, sizeof got, "|scale| <= %.9g, got %.9g", (double)FLT_MAX, scale);
-      attnL_error(L, SDPA, "bad option 'scale' (expected a number finite in float32, %s)", got);
-    }
-    o.dropout_p = number_option(L, 4, "dropout_p", &have_p);
-    if (have_p && !(o.dropout_p >= 0.0 && o.dropout_p < 1.0))
-      attnL_error(L, SDPA, "bad option 'dropout_p' (expected a number in [0, 1), got %f)", o.dropout_p);
-    lua_getfield(L, 4, "kernel");
-    if (!lua_isnil(L, -1)) {
-      if (lua_type(L, -1) != LUA_TSTRING)
-        attnL_error(L, SDPA, "bad option 'kernel' (expected \"auto\", \"math\" or \"flash\", got %s)",
-                    luaL_typename(L, -1));
-      const char *kn = lua_tostring(L, -1);
-      if (strcmp(kn, "flash") == 0)
-        kernel = ATTN_SDPA_FLASH;
-      else if (strcmp(kn, "math") == 0)
-        kernel = ATTN_SDPA_MATH;
-      else if (strcmp(kn, "auto") != 0)
-        attnL_error(L, SDPA, "unknown kernel \"%s\" (expected \"auto\", \"math\" or \"flash\")", kn);
-    }
-    lua_pop(L, 1);
-    /* checked before the shapes, as the other options are */
-    const char *why = attn_sdpa_kernel_refuses(kernel, need_weights);
-    if (why) attnL_error(L, SDPA, "%s; use kernel = \"math\" or \"auto\"", why);
+  attn_tensor *t[3];
+  attnL_sdpa_call c;
+  forward_args(L, 4, SDPA, t, &c);
+  return run(L, SDPA, t[0], t[1], t[2], &c.o, c.need_weights, c.return_lse, c.kernel);
+}
+
+/* attn.core.autograd.sdpa_forward: q, k, v[, opts[, fname]] -> out, saved,
+ * kernel, draw[, weights][, lse]: the plain call's result with what its
+ * backward needs (src/binding/lua_sdpa_backward.c). */
+static int l_sdpa_forward(lua_State *L) {
+  attnL_check_nargs(L, 5, FWD); /* (before fname is read from argument 5) */
+  /* errors name the caller's function when it passes its name (the recording
+   * attn.scaled_dot_product_attention): the user called that, not this */
+  const char *FN = lua_type(L, 5) == LUA_TSTRING ? lua_tostring(L, 5) : FWD;
+  attn_tensor *t[3];
+  attnL_sdpa_call c;
+  forward_args(L, 5, FN, t, &c);
+  attn_tensor *q = t[0], *k = t[1], *v = t[2];
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  if (attn_sdpa_out_shape(q, k, v, &c.o, &ndim, size) != ATTN_OK) attnL_core_error(L, FN);
+  int64_t nb = attn_sizes_product(ndim - 2, size), lk = k->size[k->ndim - 2];
+  const char *why;
+  /* the choice the unrecorded call makes (attn_sdpa_run), so both give the same bits */
+  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel_for(c.kernel, nb, size[ndim - 2], lk, q->size[q->ndim - 1],
+                                                        size[ndim - 1], c.need_weights,
+                                                        attn_sdpa_gqa_group_of(q, k, &c.o), &c.o, &why);
+  if (kernel == ATTN_SDPA_AUTO) attnL_error(L, FN, "%s; use kernel = \"math\" or \"auto\"", why);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, FN);
+  size[ndim - 1] = lk;
+  if (kernel == ATTN_SDPA_MATH)
+    c.o.probs = attnL_push_uninit(L, ndim, size, FN);
+  else
+    c.o.lse = attnL_push_uninit(L, ndim - 1, size, FN);
+  int saved_idx = lua_gettop(L);
+  attn_tensor *weights = c.need_weights ? attnL_push_uninit(L, ndim, size, FN) : NULL;
+  /* the lse asked for: the math kernel's own, a copy of flash's saved one */
+  attn_tensor *lse = c.return_lse ? attnL_push_uninit(L, ndim - 1, size, FN) : NULL;
+  if (lse && kernel == ATTN_SDPA_MATH) c.o.lse = lse;
+  int holder = 0;
+  if (c.o.dropout_p > 0.0) { /* over the weights [B..., Lq, Lk], as the public function */
+    int64_t numel;
+    if (__builtin_mul_overflow(attn_sizes_product(ndim - 1, size), lk, &numel)) numel = -1;
+    c.o.dropout_draw = attnL_draw_dropout(L, c.o.dropout_p, numel, FN);
+    holder = lua_gettop(L);
   }
-  if (q->ndim >= 1) {
-    int64_t e = q->size[q->ndim - 1];
-    o.scale = have_scale ? (float)scale : (float)(1.0 / sqrt((double)e));
-  }
-  return run(L, SDPA, q, k, v, &o, need_weights, return_lse, kernel);
+  if (attn_sdpa_run(kernel, q, k, v, &c.o, out, weights) != ATTN_OK) attnL_core_error(L, FN);
+  if (lse && kernel == ATTN_SDPA_FLASH) memcpy(lse->data, c.o.lse->data, (size_t)attn_numel(lse) * sizeof(float));
+  /* out, saved, kernel, draw[, weights][, lse] */
+  lua_pushstring(L, kernel == ATTN_SDPA_MATH ? "math" : "flash");
+  attnL_push_dropout_draw(L, c.o.dropout_draw, holder);
+  if (holder) lua_remove(L, holder);
+  lua_rotate(L, saved_idx + 1, 2);
+  return 4 + (weights != NULL) + (lse != NULL);
 }
 
 static int l_simple(lua_State *L) {
@@ -276,4 +163,16 @@ void attnL_open_attention(lua_State *L) {
   lua_pushvalue(L, -3);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);
+}
+
+static const luaL_Reg autograd_funcs[] = {
+    {"sdpa_forward", l_sdpa_forward},
+    {"sdpa_backward", attnL_sdpa_backward},
+    {NULL, NULL},
+};
+
+void attnL_open_sdpa_autograd(lua_State *L) {
+  lua_newtable(L);
+  luaL_setfuncs(L, autograd_funcs, 0);
+  lua_setfield(L, -4, "autograd"); /* module, methods, metatable, this */
 }

@@ -44,18 +44,6 @@ const attn_block_mask *attnL_test_block_mask(lua_State *L, int idx) {
   return luaL_testudata(L, idx, BLOCK_MASK_NAME);
 }
 
-const attn_block_mask *attnL_block_mask_option(lua_State *L, int arg, const char *fname) {
-  lua_getfield(L, arg, "block_mask");
-  if (lua_isnil(L, -1)) return NULL;
-  const attn_block_mask *m = attnL_test_block_mask(L, -1);
-  if (!m) {
-    char buf[64];
-    attnL_error(L, fname, "bad option 'block_mask' (expected attn.BlockMask, the result of attn.block_mask(fn, B, H, "
-                "Lq, Lk), got %s)", attnL_typename(L, -1, buf, sizeof buf));
-  }
-  return m;
-}
-
 static mask_fn *test_fn(lua_State *L, int idx) { return luaL_testudata(L, idx, MASK_FN_NAME); }
 
 static mask_fn *push_fn(lua_State *L, int kind, int64_t nids) {

@@ -225,7 +225,7 @@ static int t_stack(lua_State *L) { return join(L, 1, "attn.stack"); }
 
 /* ---- inspection -------------------------------------------------------- */
 
-static void push_sizes(lua_State *L, const attn_tensor *t) {
+void attnL_push_sizes(lua_State *L, const attn_tensor *t) {
   lua_createtable(L, t->ndim, 0);
   for (int d = 0; d < t->ndim; d++) {
     lua_pushinteger(L, (lua_Integer)t->size[d]);
@@ -237,7 +237,7 @@ static int m_size(lua_State *L) {
   attnL_check_nargs(L, 2, "Tensor:size");
   attn_tensor *t = CHECK(1, "Tensor:size");
   if (lua_isnoneornil(L, 2)) {
-    push_sizes(L, t);
+    attnL_push_sizes(L, t);
     return 1;
   }
   if (t->ndim == 0) attnL_error(L, "Tensor:size", "a 0-dim tensor has no dims");
@@ -594,7 +594,7 @@ static int mt_index(lua_State *L) {
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *key = lua_tostring(L, 2);
     if (strcmp(key, "shape") == 0) {
-      push_sizes(L, attnL_test(L, 1));
+      attnL_push_sizes(L, attnL_test(L, 1));
       return 1;
     }
     if (strcmp(key, "_version") == 0) {
@@ -690,221 +690,6 @@ static int t_alias(lua_State *L) {
   return 1;
 }
 
-/* ---- autograd bookkeeping ------------------------------------------------
- * The per-call work of a recorded operation (lua/attn/autograd/init.lua), in C
- * because it runs on every recorded call: at notebook sizes this bookkeeping,
- * not the arithmetic, is the cost of a forward. Each closure has the tensor
- * metatable as upvalue 1, so telling a tensor apart is one pointer compare. */
-
-static const char *const AG = "attn.core._autograd";
-
-static int is_tensor_at(lua_State *L, int idx) {
-  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return 0;
-  int same = lua_rawequal(L, -1, lua_upvalueindex(1));
-  lua_pop(L, 1);
-  return same;
-}
-
-/* Pushes history[value at idx] (the table at `history`). */
-static int push_history(lua_State *L, int history, int idx) {
-  lua_pushvalue(L, idx);
-  return lua_rawget(L, history);
-}
-
-static void check_table_arg(lua_State *L, int arg, const char *fname, const char *what) {
-  if (lua_type(L, arg) != LUA_TTABLE)
-    attnL_error(L, fname, "bad argument #%d '%s' (expected a table, got %s)", arg, what, luaL_typename(L, arg));
-}
-
-/* Calls visit(L, idx, state) for every tensor input of the arguments first
- * to last: tensors, and the tensors of a plain list (no metatable), in order. */
-typedef void (*input_visitor)(lua_State *L, int idx, void *state);
-static void each_input(lua_State *L, int first, int last, input_visitor visit, void *state) {
-  for (int i = first; i <= last; i++) {
-    if (is_tensor_at(L, i)) {
-      visit(L, i, state);
-    } else if (lua_type(L, i) == LUA_TTABLE && !lua_getmetatable(L, i)) {
-      for (lua_Integer k = 1; lua_rawgeti(L, i, k) != LUA_TNIL; k++) { /* as ipairs on a plain table */
-        if (is_tensor_at(L, -1)) visit(L, lua_gettop(L), state);
-        lua_pop(L, 1);
-      }
-      lua_pop(L, 1);
-    }
-  }
-}
-
-struct input_scan { int count, requires; };
-static void scan_input(lua_State *L, int idx, void *state) {
-  struct input_scan *s = state;
-  s->count++;
-  if (push_history(L, 1, idx) != LUA_TNIL && lua_toboolean(L, -1)) s->requires = 1;
-  lua_pop(L, 1);
-}
-
-/* Fills the tables inputs, edges, needs (stack slots n+1 .. n+3). */
-struct input_fill { int tables; lua_Integer k; };
-static void fill_input(lua_State *L, int idx, void *state) {
-  struct input_fill *f = state;
-  int k = (int)++f->k;
-  lua_pushvalue(L, idx);
-  lua_rawseti(L, f->tables, k);
-  int type = push_history(L, 1, idx);
-  int needs = type != LUA_TNIL && lua_toboolean(L, -1);
-  if (type == LUA_TTABLE) {
-    lua_rawseti(L, f->tables + 1, k); /* the edge to the node that made it */
-  } else {
-    lua_pop(L, 1);
-    if (needs) lua_pushvalue(L, idx); /* a leaf: the edge is the tensor itself */
-    else lua_pushboolean(L, 0);
-    lua_rawseti(L, f->tables + 1, k);
-  }
-  lua_pushboolean(L, needs);
-  lua_rawseti(L, f->tables + 2, k);
-}
-
-/* _autograd_inputs(history, ...): nothing when no tensor input of the call
- * (a tensor argument, or a tensor in a plain-list argument) has history;
- * else inputs (the tensor inputs in order), edges (per input: its history
- * entry {node, slot}, the tensor itself for a leaf, false without history)
- * and needs_input_grad (booleans). */
-static int autograd_inputs(lua_State *L) {
-  check_table_arg(L, 1, AG, "history");
-  int n = lua_gettop(L);
-  struct input_scan scan = {0, 0};
-  each_input(L, 2, n, scan_input, &scan);
-  if (!scan.requires) return 0;
-  for (int t = 0; t < 3; t++) lua_createtable(L, scan.count, 0);
-  struct input_fill fill = {n + 1, 0};
-  each_input(L, 2, n, fill_input, &fill);
-  return 3;
-}
-
-/* _autograd_outputs(history, node, inputs, nondiff, dirty, results): gives each
- * tensor of results[2 .. results.n] (a pcall's packed results) that is not
- * marked non-differentiable (nondiff[t]) and not an input (the first input
- * may be returned by an in-place op, `dirty`) a slot of node: node._shapes[slot]
- * = its sizes, history[t] = {node = node, slot = slot}. Sets node._nout. */
-static int autograd_outputs(lua_State *L) {
-  lua_settop(L, 6);
-  check_table_arg(L, 1, AG, "history");
-  check_table_arg(L, 2, AG, "node");
-  check_table_arg(L, 3, AG, "inputs");
-  check_table_arg(L, 6, AG, "results");
-  int has_nondiff = lua_type(L, 4) == LUA_TTABLE, dirty = lua_toboolean(L, 5);
-  lua_getfield(L, 6, "n");
-  lua_Integer n = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  lua_Integer ninputs = (lua_Integer)lua_rawlen(L, 3);
-  lua_createtable(L, n > 1 ? (int)(n - 1) : 0, 0); /* shapes, at 7 */
-  lua_Integer slots = 0;
-  for (lua_Integer i = 2; i <= n; i++) {
-    lua_rawgeti(L, 6, i); /* at 8 */
-    if (is_tensor_at(L, 8)) {
-      int skip = 0;
-      if (has_nondiff) {
-        lua_pushvalue(L, 8);
-        skip = lua_rawget(L, 4) != LUA_TNIL && lua_toboolean(L, -1);
-        lua_pop(L, 1);
-      }
-      int dirty_result = 0; /* the in-place op's own tensor: a new slot, whatever else it is */
-      if (dirty) {
-        lua_rawgeti(L, 3, 1);
-        dirty_result = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      for (lua_Integer k = 1; !skip && !dirty_result && k <= ninputs; k++) {
-        lua_rawgeti(L, 3, k);
-        skip = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      if (!skip) {
-        slots++;
-        const attn_tensor *t = lua_touserdata(L, 8);
-        push_sizes(L, t);
-        lua_rawseti(L, 7, slots);
-        lua_pushvalue(L, 8);
-        lua_createtable(L, 0, 2);
-        lua_pushvalue(L, 2);
-        lua_setfield(L, -2, "node");
-        lua_pushinteger(L, slots);
-        lua_setfield(L, -2, "slot");
-        lua_rawset(L, 1);
-      }
-    }
-    lua_pop(L, 1);
-  }
-  lua_setfield(L, 2, "_shapes");
-  lua_pushinteger(L, slots);
-  lua_setfield(L, 2, "_nout");
-  return 0;
-}
-
-/* _autograd_save(...): {n = n, the n values, then at n + i the version of
- * value i when it is a tensor (false otherwise)}: what ctx:save_for_backward keeps. */
-static int autograd_save(lua_State *L) {
-  int n = lua_gettop(L);
-  lua_createtable(L, 2 * n, 1);
-  for (int i = 1; i <= n; i++) {
-    lua_pushvalue(L, i);
-    lua_rawseti(L, n + 1, i);
-    if (is_tensor_at(L, i)) lua_pushinteger(L, attnL_version(L, i));
-    else lua_pushboolean(L, 0);
-    lua_rawseti(L, n + 1, n + i);
-  }
-  lua_pushinteger(L, n);
-  lua_setfield(L, n + 1, "n");
-  return 1;
-}
-
-/* _autograd_changed(saved): the index of the first saved tensor whose
- * storage was written in place since _autograd_save, or nothing. */
-static int autograd_changed(lua_State *L) {
-  check_table_arg(L, 1, AG, "saved");
-  lua_getfield(L, 1, "n");
-  lua_Integer n = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, 1, i);
-    if (is_tensor_at(L, -1)) {
-      lua_rawgeti(L, 1, n + i);
-      int same = lua_tointeger(L, -1) == attnL_version(L, -2);
-      lua_pop(L, 1);
-      if (!same) {
-        lua_pushinteger(L, i);
-        return 1;
-      }
-    }
-    lua_pop(L, 1);
-  }
-  return 0;
-}
-
-/* _autograd_same_size(g, shape): whether tensor g has the sizes `shape` (a
- * tensor, or a list of sizes). */
-static int autograd_same_size(lua_State *L) {
-  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 'g' (expected attn.Tensor, got %s)", luaL_typename(L, 1));
-  const attn_tensor *g = lua_touserdata(L, 1);
-  int same;
-  if (is_tensor_at(L, 2)) {
-    same = attn_same_shape(g, lua_touserdata(L, 2));
-  } else {
-    check_table_arg(L, 2, AG, "shape");
-    same = (lua_Integer)lua_rawlen(L, 2) == g->ndim;
-    for (int d = 0; same && d < g->ndim; d++) {
-      lua_rawgeti(L, 2, d + 1);
-      same = lua_isinteger(L, -1) && lua_tointeger(L, -1) == g->size[d];
-      lua_pop(L, 1);
-    }
-  }
-  lua_pushboolean(L, same);
-  return 1;
-}
-
-static const luaL_Reg autograd_funcs[] = {
-  {"_autograd_inputs", autograd_inputs}, {"_autograd_outputs", autograd_outputs},
-  {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
-  {"_autograd_same_size", autograd_same_size}, {NULL, NULL}};
-
 static const luaL_Reg module_funcs[] = {
   {"_set_field_handlers", set_field_handlers}, {"_version", t_version}, {"_alias", t_alias},
   {"_index", raw_index}, {"_newindex", raw_newindex},
@@ -934,7 +719,6 @@ void attnL_open_tensor(lua_State *L) {
   lua_pop(L, 1);
   lua_pushvalue(L, -3);
   luaL_setfuncs(L, module_funcs, 0);
-  lua_pushvalue(L, -2); /* the metatable: upvalue of the autograd helpers */
-  luaL_setfuncs(L, autograd_funcs, 1);
   lua_pop(L, 1);
+  attnL_open_autograd(L);
 }

@@ -1,5 +1,5 @@
 /* Scaled dot-product attention, "math" kernel, a driver over the attention
- * core (src/core/sdpa.h: operands, q scaling, bias/mask/visible keys of a score
+ * core (src/core/sdpa_common.h: operands, q scaling, bias/mask/visible keys of a score
  * tile): per (batch, head) slice, in blocks of at most ATTN_ROW_BLOCK query
  * rows:
  *   Qs = fl(q * scale)            [R, E]    (packed, as torch 1.13 scales q)
@@ -88,6 +88,7 @@ static float row_max(const float *s, int64_t lk) {
   return mx;
 }
 
+/* s [lk] -> softmax(s) with dropout, in place; 1 when every key is hidden */
 int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse) {
   /* hidden keys at the end of the row (the causal mask's) are exp(-inf) = 0
@@ -209,6 +210,7 @@ static void run_item(const sdpa_ctx *c, int64_t item, float *w) {
   }
 }
 
+/* q, k, v, opts -> out [B..., Lq, Ev], weights [B..., Lq, Lk] */
 attn_status attn_sdpa_math(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                            const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
   sdpa_ctx c;

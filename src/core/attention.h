@@ -1,9 +1,11 @@
 /* The "math" kernel of scaled dot-product attention: the scores
  * materialised, one (batch, head) slice at a time, over OpenBLAS. One of the
- * drivers of the attention core (src/core/sdpa.h: operands, score modification,
- * visible keys, kernel choice); the others are the fused "flash" kernel
- * (src/core/flash.h) and the modules' tiny direct loops (src/core/modules.c), which
- * share this file's row softmax to give its bits.
+ * drivers of the shared attention core (src/core/sdpa_common.h: operands,
+ * score modification, visible keys); the others are the fused kernel's tiles
+ * and split-K decoding (src/core/flash.h, flash_decode.h) and the modules'
+ * tiny direct loops (src/core/modules.c), which share this file's row
+ * softmax to give its bits. The kernel choice is above, in
+ * src/core/sdpa_dispatch.h.
  *
  * Shapes (PyTorch names): q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev];
  * mask and bias broadcast to [..., Lq, Lk]; the leading dims "..." of q, k, v,
@@ -15,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "sdpa.h"
+#include "sdpa_common.h"
 #include "tensor.h"
 
 /* out [B..., Lq, Ev] = softmax(mask(scale*q k^T + bias)) v, with dropout on the

@@ -1,5 +1,5 @@
 /* Block-sparse attention masks (FlexAttention's BlockMask), the storage the
- * attention core reads (src/core/sdpa.h: attn_sdpa_modify_tile hides what a
+ * attention core reads (src/core/sdpa_common.h: attn_sdpa_modify_tile hides what a
  * block mask hides; both kernels and the backward skip its empty blocks).
  *
  * The [Lq, Lk] score matrix of each (b, h) is cut into blocks of `block`

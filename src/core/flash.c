@@ -1,5 +1,9 @@
 /* Scaled dot-product attention, fused ("flash") kernel, FlashAttention-2
- * style: a driver over the attention core (src/core/sdpa.h), which describes the
+ * style, tiled driver (src/core/flash.h): a driver over the shared attention
+ * core (src/core/sdpa_common.h) and the fused kernel's shared tiles
+ * (src/core/flash_common.h); its entry point attn_sdpa_flash
+ * (src/core/sdpa_dispatch.c) sends decoding calls to its peer,
+ * src/core/flash_decode.c. The shared core describes the
  * operands (attn_sdpa_prepare, attn_sdpa_slice_at), scales q
  * (attn_sdpa_load_q), gives each query row its visible keys
  * (attn_sdpa_row_keys: causal today) and modifies a score tile (bias, mask,
@@ -56,7 +60,6 @@
 
 #include "cpu.h"
 #include "flash.h"
-#include "flash_decode.h"
 #include "rng.h"
 #include "threads.h"
 
@@ -67,24 +70,6 @@
 #if BQ % MR != 0
 #error "ATTN_FLASH_BQ must be a multiple of 16"
 #endif
-
-const char *attn_flash_exp_impl(void) { return attn_cpu_kernels()->name; }
-
-int attn_flash_tile_layout(attn_flash_tile *t, size_t *block, int64_t e, int64_t ev) {
-  int ok = attn_sdpa_add_floats(block, e, BQ); /* qt */
-  t->s = *block;
-  ok = ok && attn_sdpa_add_floats(block, BK, BQ);
-  t->o = *block;
-  ok = ok && attn_sdpa_add_floats(block, ev, BQ);
-  t->m = *block;
-  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
-  t->l = *block;
-  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
-  t->a = *block;
-  ok = ok && attn_sdpa_add_floats(block, BQ, 1);
-  t->f = *block;
-  return ok && attn_sdpa_add_floats(block, BK, 1);
-}
 
 /* ---------------------------------------------------------------- context */
 
@@ -209,26 +194,19 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   }
 }
 
-attn_status attn_sdpa_flash(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                            const attn_sdpa_opts *opts, attn_tensor *out) {
+/* problem -> out, lse: the items (slice, query block) in one parallel for */
+attn_status attn_flash_tiles(const attn_sdpa_problem *p, attn_tensor *out) {
   flash_ctx c;
   memset(&c, 0, sizeof c);
-  attn_status st = attn_sdpa_prepare(q, k, v, opts, out, NULL, &c.p);
-  if (st != ATTN_OK) return st;
-  if (opts->probs) return attn_fail(ATTN_EARG, "kernel \"flash\" cannot return the softmax probabilities (probs)");
+  c.p = *p;
   c.kr = attn_cpu_kernels();
   c.out = out;
-
-  int64_t nb = attn_sizes_product(c.p.nbatch, c.p.batch);
-  if (nb == 0 || c.p.lq == 0 || (c.p.ev == 0 && !c.p.lse)) return ATTN_OK;
-  /* a few query rows against many keys: split across the keys (src/core/flash_decode.c) */
-  if (attn_flash_decode_applies(&c.p)) return attn_flash_decode(&c.p, out);
-
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
   int ok = attn_flash_tile_layout(&c.off, &block, c.p.e, c.p.ev);
   attn_sdpa_work work;
-  if ((st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work)) != ATTN_OK) return st;
+  attn_status st = attn_sdpa_plan_work(&c.p, c.nqblk, block, ok, &work);
+  if (st != ATTN_OK) return st;
 
   /* dynamic hand-out of the items (heaviest first under causal masking) only
    * balances the load: every item is computed whole by one thread */

@@ -1,6 +1,8 @@
 /* Split-K decoding for the fused kernel (src/core/flash_decode.h), a driver
- * over the attention core (src/core/sdpa.h) with flash's micro-kernels
- * (src/core/cpu.h).
+ * over the shared attention core (src/core/sdpa_common.h) and the fused
+ * kernel's shared tiles (src/core/flash_common.h), with flash's
+ * micro-kernels (src/core/cpu.h); the tiled driver (src/core/flash.c) is its
+ * peer, not its caller: the dispatcher (src/core/sdpa_dispatch.c) picks one.
  *
  * A group is the g query heads that read one kv head (g = 1 without GQA): the
  * query slices gi g .. gi g + g - 1. Its R = g Lq query rows (R <= BQ) are
@@ -51,7 +53,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "flash.h"
+#include "flash_common.h"
 #include "flash_decode.h"
 #include "rng.h"
 #include "threads.h"
@@ -60,14 +62,6 @@
 #define BK ATTN_FLASH_BK
 #define MR ATTN_KERNEL_ROWS
 #define CHUNK ATTN_DECODE_CHUNK
-
-#if CHUNK % BK != 0
-#error "ATTN_DECODE_CHUNK must be a multiple of ATTN_FLASH_BK"
-#endif
-
-int attn_flash_decode_applies(const attn_sdpa_problem *p) {
-  return p->gqa_group * p->lq <= BQ && p->lk > CHUNK;
-}
 
 /* The keys of chunk ci that the query rows see (begin >= end: none). */
 static attn_key_range chunk_keys(const attn_sdpa_problem *p, int64_t ci) {
@@ -82,7 +76,7 @@ typedef struct decode_ctx {
   const attn_flash_kernels *kr;
   int64_t g, rows, rows_p, nchunk; /* heads per group, stacked rows R, padded, chunks per group */
   int row_wise;                    /* run_chunk_rows (few rows) instead of run_chunk */
-  attn_flash_tile off;             /* the flash forward's per-thread scratch (flash.h) */
+  attn_flash_tile off;             /* the fused kernel's per-thread scratch (flash_common.h) */
   size_t off_kp, off_vp;           /* then packed K and V blocks */
   float *partial;                  /* [groups * nchunk][R][Ev + 2]: m, l, Ot row */
 } decode_ctx;
@@ -179,6 +173,7 @@ static const float *packed_rows(const float *x, int64_t s0, int64_t s1, int64_t 
  * O = a O + P V_blk by rows_axpy (each V row loaded once, O in registers). */
 #define ROW_WISE_MAX 8
 
+/* item (group, chunk) -> its rows' partial (m, l, O), row by row */
 static void run_chunk_rows(const decode_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = c->p;
   int64_t gi = item / c->nchunk, ci = item % c->nchunk;
@@ -254,6 +249,7 @@ static void merge_row(const decode_ctx *c, int64_t gi, int64_t r, float *out_dat
   if (lse) *lse = attn_sdpa_lse_of(mx, sum);
 }
 
+/* p -> out [B..., Lq, Ev], lse: chunks in parallel, then the merge per row */
 attn_status attn_flash_decode(const attn_sdpa_problem *p, attn_tensor *out) {
   decode_ctx c;
   memset(&c, 0, sizeof c);

@@ -10,6 +10,11 @@
  * and DOT_ROWS (query rows per dot group, <= 4), AXPY_ROWS x AXPY_VECS
  * (accumulators of rows_axpy, in registers). Not a public header.
  *
+ * The two vector sets both use VW = 16 (AVX2: a pair of 8-float registers)
+ * and the same trees for vsum, vsum4 and vhmax, so every partial sum and its
+ * reduction are the same: AVX2 and AVX-512 give the same bits here, as in
+ * the tile kernels, whose lanes are query rows and need no reduction.
+ *
  * Decoding reads each K and V row once for a few query rows (R = g Lq <= 8),
  * so these work row-wise: a K row is loaded once and dotted with the R
  * queries; a V row is loaded once and added, scaled, into R output rows held

@@ -141,41 +141,64 @@ static void exp_minus(float *x, int64_t n, float m) {
   }
 }
 
-/* Decoding: 8-float vectors, partial ones through a lane mask; 2 rows x 4
- * vectors of output accumulators (8 of the 16 registers). */
-#define VEC __m256
-#define VW 8
+/* Decoding: 16-float vectors as pairs of 8-float registers (lo: lanes 0-7,
+ * hi: 8-15), partial ones through lane masks. A dot product over E or a sum
+ * over keys keeps lane l's partial sum of the elements l, l + 16, ... and
+ * vsum / vhmax reduce the 16 lanes in the AVX-512 set's tree
+ * (src/core/kernels_avx512.c), so the two sets give the same bits (8-lane
+ * vectors would add other partial sums). 2 rows x 2 vectors of output
+ * accumulators (8 of the 16 registers). */
+typedef struct v16 {
+  __m256 lo, hi;
+} v16;
+#define VEC v16
+#define VW 16
 #define DOT_ROWS 4
-#define DOT_QREGS 8
+#define DOT_QREGS 4
 #define AXPY_ROWS 2
-#define AXPY_VECS 4
+#define AXPY_VECS 2
 static inline __m256i lanes_below(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-static inline __m256 vzero(void) { return _mm256_setzero_ps(); }
-static inline __m256 vload(const float *p) { return _mm256_loadu_ps(p); }
-static inline __m256 vload_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, lanes_below(n)); }
-static inline void vstore(float *p, __m256 x) { _mm256_storeu_ps(p, x); }
-static inline void vstore_n(float *p, __m256 x, int64_t n) { _mm256_maskstore_ps(p, lanes_below(n), x); }
-static inline __m256 vset1(float x) { return _mm256_set1_ps(x); }
-static inline __m256 vload_fill(const float *p, int64_t n, float f) {
+static inline v16 vzero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline v16 vload(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+static inline v16 vload_n(const float *p, int64_t n) { /* n < 16: masked lanes are not read */
+  return (v16){_mm256_maskload_ps(p, lanes_below(n)), _mm256_maskload_ps(p + 8, lanes_below(n - 8))};
+}
+static inline void vstore(float *p, v16 x) {
+  _mm256_storeu_ps(p, x.lo);
+  _mm256_storeu_ps(p + 8, x.hi);
+}
+static inline void vstore_n(float *p, v16 x, int64_t n) {
+  _mm256_maskstore_ps(p, lanes_below(n), x.lo);
+  _mm256_maskstore_ps(p + 8, lanes_below(n - 8), x.hi);
+}
+static inline v16 vset1(float x) { return (v16){_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+static inline __m256 load_fill8(const float *p, int64_t n, float f) {
   __m256i in = lanes_below(n);
   return _mm256_blendv_ps(_mm256_set1_ps(f), _mm256_maskload_ps(p, in), _mm256_castsi256_ps(in));
 }
-static inline __m256 vadd(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-static inline __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
-static inline __m256 vmul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-static inline __m256 vmax(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
-static inline __m256 vexp(__m256 x) { return exp8(x); }
-static inline float vhmax(__m256 x) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+static inline v16 vload_fill(const float *p, int64_t n, float f) {
+  return (v16){load_fill8(p, n, f), load_fill8(p + 8, n - 8, f)};
+}
+static inline v16 vadd(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+static inline v16 vsub(v16 a, v16 b) { return (v16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+static inline v16 vmul(v16 a, v16 b) { return (v16){_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+static inline v16 vmax(v16 a, v16 b) { return (v16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+static inline v16 vexp(v16 x) { return (v16){exp8(x.lo), exp8(x.hi)}; }
+static inline v16 vfma(v16 a, v16 b, v16 c) {
+  return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+static inline float vhmax(v16 x) { /* lanes i and i + 8, then 4, 2, 1 apart */
+  __m256 h = _mm256_max_ps(x.lo, x.hi);
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-static inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-static inline float vsum(__m256 x) { /* (lanes 0-3 + 4-7), then pairs: a fixed tree */
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+static inline float vsum(v16 x) { /* lanes i and i + 8, then 4, 2, 1 apart: a fixed tree */
+  __m256 h = _mm256_add_ps(x.lo, x.hi);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);

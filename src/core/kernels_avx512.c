@@ -144,7 +144,9 @@ static void exp_minus(float *x, int64_t n, float m) {
 }
 
 /* Decoding: 16-float vectors, partial ones through a lane mask; 4 rows x 4
- * vectors of output accumulators (16 of the 32 registers). */
+ * vectors of output accumulators (16 of the 32 registers). The AVX2 set
+ * uses 16-float vectors too (pairs of registers) with the same trees for
+ * vsum and vhmax: the two give the same bits. */
 #define VEC __m512
 #define VW 16
 #define DOT_ROWS 4
@@ -186,18 +188,20 @@ static inline float vsum(__m512 x) { /* halves, then quarters, ...: a fixed tree
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-/* out = the lane sums of a, b, c, d through one tree: pairs within each
- * 128-bit lane (unpack + add twice), then the four lanes (halves twice). */
+/* out = vsum(a), vsum(b), vsum(c), vsum(d): the same tree, the four vectors
+ * side by side (256-bit halves, then 128-bit quarters, then within each
+ * quarter), so a row's score has the same bits in a group of 4 as alone, and
+ * as the AVX2 set's (src/core/kernels_avx2.c). */
 #define HAVE_VSUM4 1
 static inline void vsum4(__m512 a, __m512 b, __m512 c, __m512 d, float *out) {
-  __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
-  __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
-                           _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  /* x_i + x_(i+8): [a | b] and [c | d] as 8-lane halves */
+  __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  /* y_i + y_(i+4): [a | b | c | d] as 4-lane quarters */
+  __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  z = _mm512_add_ps(z, _mm512_permute_ps(z, _MM_SHUFFLE(1, 0, 3, 2))); /* z0 + z2, z1 + z3 */
+  z = _mm512_add_ps(z, _mm512_permute_ps(z, _MM_SHUFFLE(2, 3, 0, 1))); /* then those two */
+  _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps((__mmask16)0x1111, z)));
 }
 #include "kernel_decode.h"
 

@@ -4,7 +4,7 @@
  *  - tiny problems (the notebooks' [2, 6, 3] batches): direct loops on the
  *    calling thread. A Linear output is an FMA chain over d_in from 0 (as the
  *    sgemm micro-kernel accumulates), then + bias; the attention rows follow
- *    the math kernel through the attention core (src/core/sdpa.h: the heads are
+ *    the math kernel through the attention core (src/core/sdpa_common.h: the heads are
  *    described as strided views of the projections, q scaled in float32,
  *    mask/causal by attn_sdpa_modify_tile) and its row softmax
  *    (max-subtracted expf, sum in double, one reciprocal, dropout factors by
@@ -26,7 +26,7 @@
 
 #include "attention.h"
 #include "cpu.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "modules.h"
 #include "ops.h"
 #include "rng.h"
@@ -276,6 +276,25 @@ attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in
   return ATTN_OK;
 }
 
+/* m, x [B, n, d_in], y [B, n, d_out], m->mask [n, n] -> ATTN_OK or why not */
+attn_status attn_self_attention_check_call(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *y,
+                                           const char *yname) {
+  char b1[200];
+  if (x->ndim != 3 || !attn_is_contiguous(x))
+    return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
+  attn_status st = attn_self_attention_check(m, d_in);
+  if (st != ATTN_OK) return st;
+  int64_t d_out = m->wq->size[0];
+  if (y->ndim != 3 || !attn_is_contiguous(y) || y->size[0] != nb || y->size[1] != n || y->size[2] != d_out)
+    return attn_fail(ATTN_ESHAPE, "%s must be a contiguous [B, n, d_out] = [%lld, %lld, %lld] tensor, got %s", yname,
+                     (long long)nb, (long long)n, (long long)d_out, attn_shape_str(y, b1, sizeof b1));
+  if (m->mask && (m->mask->ndim != 2 || m->mask->size[0] != n || m->mask->size[1] != n))
+    return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
+                     attn_shape_str(m->mask, b1, sizeof b1));
+  return ATTN_OK;
+}
+
 int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
                               int64_t *saved_floats) {
   int64_t d_out = m->wq->size[0], h = m->heads;
@@ -289,21 +308,11 @@ int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t 
 /* The forward, with s: keeping its state (see attn_self_attention_forward_saving) */
 static attn_status forward(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                            const attn_self_attention_saved *s) {
-  char b1[200];
-  if (x->ndim != 3 || !attn_is_contiguous(x))
-    return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
-  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
-  attn_status st = attn_self_attention_check(m, d_in);
+  attn_status st = attn_self_attention_check_call(m, x, out, "out");
   if (st != ATTN_OK) return st;
-  int64_t d_out = m->wq->size[0];
-  if (out->ndim != 3 || !attn_is_contiguous(out) || out->size[0] != nb || out->size[1] != n || out->size[2] != d_out)
-    return attn_fail(ATTN_ESHAPE, "out must be a contiguous [B, n, d_out] tensor, got %s",
-                     attn_shape_str(out, b1, sizeof b1));
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2], d_out = m->wq->size[0];
   if (nb * n > INT_MAX || 3 * d_out > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
-  if (m->mask && (m->mask->ndim != 2 || m->mask->size[0] != n || m->mask->size[1] != n))
-    return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
-                     attn_shape_str(m->mask, b1, sizeof b1));
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
   if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
     if (s) return attn_fail(ATTN_EARG, "a tiny call keeps no state (see attn_self_attention_keeps)");

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "rng.h"
-#include "sdpa.h"
+#include "sdpa_common.h"
 #include "tensor.h"
 
 typedef struct attn_self_attention {
@@ -28,6 +28,13 @@ typedef struct attn_self_attention {
  * from wq) with a unit stride (as BLAS takes them), biases [d_out], out_proj
  * [d_out, d_out], heads dividing d_out, dropout_p in [0, 1). */
 attn_status attn_self_attention_check(const attn_self_attention *m, int64_t d_in);
+
+/* The checks the forward and the backward share: x a contiguous [B, n,
+ * d_in], m usable on it (attn_self_attention_check), y (the forward's out or
+ * the backward's dout, named yname in the message) a contiguous [B, n,
+ * d_out], and m->mask (when set) [n, n]. */
+attn_status attn_self_attention_check_call(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *y,
+                                           const char *yname);
 
 /* The attention options of m's forward and backward: its scale, causal
  * (no mask) or its mask, its dropout and draw. */

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "attention.h"
-#include "flash.h"
+#include "sdpa_dispatch.h"
 #include "modules_backward.h"
 #include "rng.h"
 #include "ops.h"
@@ -149,19 +149,10 @@ static int grad_fits(const attn_tensor *g, const attn_tensor *param) {
 /* The backward; with sv (the training forward's state) nothing of the forward is recomputed */
 static attn_status backward(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
                             const attn_self_attention_saved *sv, const attn_self_attention_grads *g) {
-  char b1[200];
-  if (x->ndim != 3 || !attn_is_contiguous(x))
-    return attn_fail(ATTN_ESHAPE, "x must be a contiguous [B, n, d_in] tensor, got %s", attn_shape_str(x, b1, sizeof b1));
-  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
-  attn_status st = attn_self_attention_check(m, d_in);
+  attn_status st = attn_self_attention_check_call(m, x, dout, "dout");
   if (st != ATTN_OK) return st;
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
   int64_t dd = m->wq->size[0], h = m->heads, hd = dd / h, rows = nb * n, w3 = 3 * dd;
-  if (dout->ndim != 3 || !attn_is_contiguous(dout) || dout->size[0] != nb || dout->size[1] != n || dout->size[2] != dd)
-    return attn_fail(ATTN_ESHAPE, "dout must be a contiguous [B, n, d_out] = [%lld, %lld, %lld] tensor, got %s",
-                     (long long)nb, (long long)n, (long long)dd, attn_shape_str(dout, b1, sizeof b1));
-  if (m->mask && (m->mask->ndim != 2 || m->mask->size[0] != n || m->mask->size[1] != n))
-    return attn_fail(ATTN_ESHAPE, "mask must be [n, n] = [%lld, %lld], got %s", (long long)n, (long long)n,
-                     attn_shape_str(m->mask, b1, sizeof b1));
   int fits = (!g->dx || (g->dx->ndim == 3 && attn_is_contiguous(g->dx) && g->dx->size[0] == nb &&
                          g->dx->size[1] == n && g->dx->size[2] == d_in)) &&
              grad_fits(g->dwq, m->wq) && grad_fits(g->dwk, m->wk) && grad_fits(g->dwv, m->wv) &&

@@ -32,7 +32,7 @@
 #include "attention.h"
 #include "modules_backward.h"
 #include "rng.h"
-#include "sdpa.h"
+#include "sdpa_common.h"
 
 /* Floats of the stack scratch (16 KiB) and multiply-adds of the forward up
  * to which a call is tiny (the forward's own tiny-path bound). */

@@ -473,6 +473,7 @@ static attn_status check_shape(const attn_tensor *t, const attn_sdpa_problem *p,
   return check_shape_of(t, p->nbatch, p->batch, rows, cols, contiguous, what);
 }
 
+/* forward's call, out, dout, saved (probs or lse) -> dq, dk, dv, dbias */
 attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k,
                                const attn_tensor *v, const attn_sdpa_opts *opts, const attn_tensor *out,
                                const attn_tensor *dout, const attn_tensor *saved, const attn_tensor *dweights,
@@ -586,6 +587,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   return ATTN_OK;
 }
 
+/* full [B..., r, c] -> dst, summed over the dims dst broadcasts along */
 attn_status attn_sdpa_sum_to(const attn_tensor *full, attn_tensor *dst) {
   char b1[200], b2[200];
   int nf = full->ndim, nd = dst->ndim;

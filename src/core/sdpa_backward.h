@@ -15,7 +15,7 @@
 #ifndef ATTN_SDPA_BACKWARD_H
 #define ATTN_SDPA_BACKWARD_H
 
-#include "sdpa.h"
+#include "sdpa_common.h"
 #include "tensor.h"
 
 /* Query rows and keys of one tile of the flash backward (constants: the order

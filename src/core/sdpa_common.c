@@ -1,18 +1,19 @@
-/* The attention core (see sdpa.h): operand validation and addressing, the
- * kernel choice, and the mask helpers. The score modifications and visible
- * ranges are inline in sdpa.h, so the drivers' tile loops stay as cheap as
- * when each wrote its own. */
+/* The shared attention core (src/core/sdpa_common.h), the bottom layer that
+ * every SDPA kernel calls and that calls no kernel: option defaults, operand
+ * validation and slice addressing, the softcap and ALiBi tile loops, the
+ * scratch plan and the mask helpers. The score modifications and visible
+ * ranges are inline in sdpa_common.h, so the drivers' tile loops stay as
+ * cheap as when each wrote its own. The kernel choice is above the kernels,
+ * in src/core/sdpa_dispatch.c. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "flash.h"
-#include "flash_decode.h"
-#include "sdpa.h"
+#include "sdpa_common.h"
 #include "threads.h"
 
+/* -> every option off, scale 1 */
 attn_sdpa_opts attn_sdpa_defaults(void) {
   attn_sdpa_opts o;
   memset(&o, 0, sizeof o);
@@ -30,6 +31,7 @@ static int fits_scores(const attn_tensor *t, int64_t lq, int64_t lk) {
   return 1;
 }
 
+/* q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev], mask, bias -> out shape [B..., Lq, Ev] */
 attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                             const attn_tensor *mask, const attn_tensor *bias, int *ndim, int64_t *size) {
   char b1[200], b2[200], b3[200];
@@ -84,6 +86,7 @@ attn_status attn_sdpa_shape(const attn_tensor *q, const attn_tensor *k, const at
   return ATTN_OK;
 }
 
+/* kv [..., Hkv, L, D] -> a view [..., Hq, L, D] (head stride 0), g = Hq / Hkv */
 attn_status attn_sdpa_gqa_view(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, const attn_tensor *kv,
                                attn_tensor *view, int64_t *group) {
   char b1[200], b2[200], b3[200];
@@ -109,6 +112,7 @@ attn_status attn_sdpa_gqa_view(const attn_tensor *q, const attn_tensor *k, const
   return ATTN_OK;
 }
 
+/* attn_sdpa_shape through the GQA views when opts->enable_gqa */
 attn_status attn_sdpa_out_shape(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                 const attn_sdpa_opts *opts, int *ndim, int64_t *size) {
   if (!opts->enable_gqa) return attn_sdpa_shape(q, k, v, opts->mask, opts->bias, ndim, size);
@@ -172,6 +176,7 @@ static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_probl
   return ATTN_OK;
 }
 
+/* t contiguous [B..., r, cols] -> 1 */
 static int check_out(const attn_tensor *t, int nb, const int64_t *batch, int64_t r, int64_t cols) {
   if (t->ndim != nb + 2 || !attn_is_contiguous(t)) return 0;
   for (int d = 0; d < nb; d++)
@@ -188,6 +193,7 @@ static int check_lse(const attn_tensor *t, int nb, const int64_t *batch, int64_t
   return t->size[nb] == lq;
 }
 
+/* q, k, v, opts -> p: checked and expanded to [B..., rows, cols] */
 attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_opts *opts, attn_sdpa_problem *p) {
   int ondim;
@@ -278,6 +284,7 @@ attn_status attn_sdpa_describe(const attn_tensor *q, const attn_tensor *k, const
   return ATTN_OK;
 }
 
+/* qkv rows of [q | k | v] (h heads of hd) -> p, unchecked */
 void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int64_t ld, const attn_tensor *mask,
                               int is_causal, float scale, attn_sdpa_problem *p) {
   p->nbatch = 1;
@@ -314,6 +321,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->block_mask = NULL;
 }
 
+/* attn_sdpa_describe, and out [B..., Lq, Ev], weights [B..., Lq, Lk] checked */
 attn_status attn_sdpa_prepare(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                               const attn_sdpa_opts *opts, const attn_tensor *out, const attn_tensor *weights,
                               attn_sdpa_problem *p) {
@@ -345,6 +353,7 @@ static int64_t slice_offset(const attn_sdpa_problem *p, const attn_tensor *t, in
   return p->nbatch > 0 ? off + bi * t->stride[0] : off;
 }
 
+/* slice bi of p -> its operands' first elements, ALiBi slope, block pattern */
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s) {
   s->bi = bi;
   s->q = p->q.data + slice_offset(p, &p->q, bi);
@@ -379,6 +388,7 @@ void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice 
 #define VECTOR_CLONES
 #endif
 
+/* x -> tanh x in float32 (rational, clamped) */
 static inline float tanh_rational(float x) {
   const float clamp = 7.90531110763549805f;
   float xc = x > clamp ? clamp : (x < -clamp ? -clamp : x);
@@ -399,6 +409,7 @@ static inline float tanh_rational(float x) {
   return fabsf(x) < 0.0004f ? x : t;
 }
 
+/* x -> tanh x (the softcap's, for the backward) */
 float attn_sdpa_tanh(float x) { return tanh_rational(x); }
 
 VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs) {
@@ -456,6 +467,7 @@ static double alibi_power_of_2(int64_t n, int64_t j) {
   return start * pow(start, (double)j);
 }
 
+/* h -> slopes [h] */
 void attn_alibi_slopes(int64_t h, float *out) {
   int64_t p2 = 1;
   while (p2 * 2 <= h) p2 *= 2;
@@ -464,74 +476,7 @@ void attn_alibi_slopes(int64_t h, float *out) {
     out[i] = (float)(i < p2 ? alibi_power_of_2(p2, i) : alibi_power_of_2(2 * p2, 2 * (i - p2)));
 }
 
-const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights) {
-  /* the fused kernel never forms the [Lq, Lk] weights: asking for both is an
-   * error rather than a silent fallback that would break its O(tile) memory */
-  if (kernel == ATTN_SDPA_FLASH && need_weights)
-    return "kernel \"flash\" cannot return the attention weights (need_weights = true)";
-  return NULL;
-}
-
-/* Query-key pairs a slice's rows see under is_causal and the window (a mask
- * or bias can only hide more): what the fused kernel computes, tile by tile,
- * where the math kernel computes all lq * lk. */
-static double visible_pairs(int64_t lq, int64_t lk, const attn_sdpa_opts *o) {
-  if (!o || (!o->is_causal && !o->has_window)) return (double)lq * (double)lk;
-  double pairs = 0.0;
-  int64_t d = lk - lq;
-  for (int64_t i = 0; i < lq; i++) {
-    int64_t begin = 0, end = lk;
-    if (o->is_causal && i + 1 < end) end = i + 1;
-    if (o->has_window && o->window_left >= 0 && i + d - o->window_left > begin) begin = i + d - o->window_left;
-    if (o->has_window && o->window_right >= 0 && i + d + o->window_right + 1 < end) end = i + d + o->window_right + 1;
-    if (end > begin) pairs += (double)(end - begin);
-  }
-  return pairs;
-}
-
-attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
-                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
-                                             const attn_sdpa_opts *opts, const char **why) {
-  (void)nb;
-  (void)e;
-  (void)ev;
-  *why = NULL;
-  if (requested != ATTN_SDPA_AUTO) {
-    *why = attn_sdpa_kernel_refuses(requested, need_weights);
-    return *why ? ATTN_SDPA_AUTO : requested;
-  }
-  if (attn_sdpa_kernel_refuses(ATTN_SDPA_FLASH, need_weights)) return ATTN_SDPA_MATH;
-  /* decoding (a few rows per kv head against more than one split-K chunk):
-   * the fused kernel splits the keys over the threads and reads each K/V row
-   * once for a GQA group; the math kernel runs one thread per slice and a
-   * score row per query head (scripts/bench.lua, 2 threads at load 7: decode
-   * 2.5-2.9x faster, decode_gqa 6-7x) */
-  if (gqa_group < 1) gqa_group = 1;
-  if (gqa_group * lq <= ATTN_FLASH_BQ && lk > ATTN_DECODE_CHUNK) return ATTN_SDPA_FLASH;
-  /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
-   * the math kernel is as fast or faster while a slice's scores fit in a few
-   * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  if (lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
-  /* a window that hides most pairs: the fused kernel skips the key tiles
-   * outside it, the math kernel computes every score (scripts/bench.lua
-   * window, 2 threads at load 7: 36x). Causal alone hides half, which the
-   * crossover above weighs; square causal calls (the module forward and
-   * backward) choose by it alone. */
-  if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
-  return ATTN_SDPA_MATH;
-}
-
-attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
-                                         int64_t ev, int need_weights, const char **why) {
-  return attn_sdpa_choose_kernel_for(requested, nb, lq, lk, e, ev, need_weights, 1, NULL, why);
-}
-
-int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts) {
-  if (!opts || !opts->enable_gqa || q->ndim < 3 || k->ndim < 3) return 1;
-  int64_t hq = q->size[q->ndim - 3], hkv = k->size[k->ndim - 3];
-  return hkv > 0 && hq >= hkv && hq % hkv == 0 ? hq / hkv : 1;
-}
-
+/* p, blocks per slice, floats per thread -> items, threads, scratch */
 attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t block, int block_ok,
                                 attn_sdpa_work *w) {
   int64_t nb = attn_sizes_product(p->nbatch, p->batch);
@@ -550,19 +495,7 @@ attn_status attn_sdpa_plan_work(const attn_sdpa_problem *p, int64_t nblk, size_t
   return ATTN_OK;
 }
 
-attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                          const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights) {
-  if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) /* no sizes to choose by: the math kernel words the error */
-    return attn_sdpa_math(q, k, v, opts, out, weights);
-  int64_t nb = attn_sizes_product(out->ndim > 2 ? out->ndim - 2 : 0, out->size);
-  const char *why;
-  kernel = attn_sdpa_choose_kernel_for(kernel, nb, q->size[q->ndim - 2], k->size[k->ndim - 2], q->size[q->ndim - 1],
-                                       v->size[v->ndim - 1], weights != NULL, attn_sdpa_gqa_group_of(q, k, opts), opts,
-                                       &why);
-  if (kernel == ATTN_SDPA_AUTO) return attn_fail(ATTN_EARG, "%s", why);
-  return kernel == ATTN_SDPA_FLASH ? attn_sdpa_flash(q, k, v, opts, out) : attn_sdpa_math(q, k, v, opts, out, weights);
-}
-
+/* mask -> 1 and (index, value) of its first element not 0 or 1 */
 int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value) {
   /* a broadcast (stride 0) dim repeats its first element: visit that one only,
    * so an expanded mask costs what its storage holds */
@@ -593,6 +526,7 @@ int attn_mask_find_non_binary(const attn_tensor *mask, int64_t *at, float *value
   }
 }
 
+/* 2-D mask, n -> 1 when its [n, n] corner is triu(ones, 1) */
 int attn_mask_is_causal(const attn_tensor *mask, int64_t n) {
   if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
   int64_t s0 = mask->stride[0], s1 = mask->stride[1];

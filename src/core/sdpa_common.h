@@ -1,24 +1,31 @@
-/* The attention core: what every scaled dot-product attention driver shares.
+/* The shared attention core: what every scaled dot-product attention driver
+ * shares, the bottom of the SDPA layers (it calls no kernel):
+ *   sdpa_common <- flash_common <- kernels (attention.c: math, flash.c:
+ *   tiles, flash_decode.c: split-K decoding, sdpa_backward.c) <- sdpa_dispatch
+ *   (kernel choice) <- modules and the binding.
  *
- * The drivers (the "math" kernel in src/core/attention.c, the fused "flash" kernel
- * in src/core/flash.c, the tiny direct loops of the module forward in
- * src/core/modules.c) differ only in how they compute scores and products. What a
- * call means lives here, once:
+ * The drivers (the "math" kernel in src/core/attention.c, the fused kernel's
+ * tiles in src/core/flash.c and its decoding path in src/core/flash_decode.c,
+ * the backward in src/core/sdpa_backward.c, the tiny direct loops of the
+ * module forward in src/core/modules.c) differ only in how they compute
+ * scores and products. What a call means lives here, once:
+ *  - options: attn_sdpa_opts (a new option is a field here, its check in
+ *    attn_sdpa_describe, its effect in attn_sdpa_row_keys and/or
+ *    attn_sdpa_modify_tile);
  *  - operands: attn_sdpa_prepare / attn_sdpa_describe validate q, k, v, mask
  *    and bias and expand them to the common batch shape (the problem);
- *    attn_sdpa_slice_at addresses slice bi (the one place a GQA head map,
- *    query head h -> kv head h / g, would go);
+ *    attn_sdpa_slice_at addresses slice bi (the one place the GQA head map,
+ *    query head h -> kv head h / g, lives);
  *  - scores: attn_sdpa_load_q scales q as torch 1.13 does (before q k^T),
  *    attn_sdpa_row_keys gives a query row its visible keys (causal: kend =
  *    i + 1), attn_sdpa_modify_tile applies bias, mask and the visible range
  *    to a score tile in any layout (strides): causal masking is written once;
- *  - the kernel choice: attn_sdpa_choose_kernel, for the functional API and
- *    the modules alike.
+ *  - work: attn_sdpa_plan_work (items, threads, per-thread scratch).
  * Shapes (PyTorch names): q [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev];
  * mask and bias broadcast to [..., Lq, Lk]; the leading dims "..." of q, k,
  * v, mask and bias broadcast together into the batch shape B. */
-#ifndef ATTN_SDPA_H
-#define ATTN_SDPA_H
+#ifndef ATTN_SDPA_COMMON_H
+#define ATTN_SDPA_COMMON_H
 
 #include <math.h>
 #include <stdint.h>
@@ -184,7 +191,7 @@ static inline void attn_sdpa_load_q(const attn_sdpa_problem *p, const attn_sdpa_
     for (int64_t d = 0; d < p->e; d++) dst[r * rs + d * cs] = sl->q[(i0 + r) * sq0 + d * sq1] * scale;
 }
 
-/* tanh in float32 for the softcap (src/core/sdpa.c): a rational
+/* tanh in float32 for the softcap (src/core/sdpa_common.c): a rational
  * approximation (Eigen's float tanh, odd degree 13 over even degree 6) on x
  * clamped to +-7.905 (where tanh is 1 - 3e-7), x itself below 4e-4. Max
  * error 4.1e-7, absolute and relative, against double tanh over every float
@@ -276,41 +283,9 @@ static inline float attn_sdpa_lse_of(float max, double sum) {
   return max == -INFINITY ? -INFINITY : (float)((double)max + log(sum));
 }
 
+/* Which kernel runs a call (src/core/sdpa_dispatch.h chooses; the backward
+ * is told which one the forward ran). */
 typedef enum attn_sdpa_kernel { ATTN_SDPA_AUTO, ATTN_SDPA_MATH, ATTN_SDPA_FLASH } attn_sdpa_kernel;
-
-/* NULL when kernel (MATH or FLASH) can serve a call that asks for the
- * weights (need_weights) or not; else why not, as a phrase ("kernel \"flash\"
- * cannot return the attention weights ..."). */
-const char *attn_sdpa_kernel_refuses(attn_sdpa_kernel kernel, int need_weights);
-
-/* The kernel that runs a call with nb (batch x heads) slices of Lq x Lk
- * scores and head sizes E and Ev: requested (MATH or FLASH) when it can
- * serve the call, else ATTN_SDPA_AUTO with *why (attn_sdpa_kernel_refuses).
- * AUTO takes the fused kernel where it is faster (the measured crossover)
- * and can serve the call, else the math kernel. */
-attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk, int64_t e,
-                                         int64_t ev, int need_weights, const char **why);
-
-/* attn_sdpa_choose_kernel weighing the call's options too: AUTO also takes
- * the fused kernel for decoding (gqa_group * Lq <= ATTN_FLASH_BQ query rows
- * per kv head against more than one split-K chunk of keys) and where
- * is_causal and the window leave at most a quarter of the pairs visible
- * (with Lk > ATTN_FLASH_BK: its tiles are skipped). opts may be NULL;
- * gqa_group: query heads per kv head (attn_sdpa_gqa_group_of), 1 without GQA.
- * Both kernels run every option, so only need_weights limits the choice. */
-attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
-                                             int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
-                                             const attn_sdpa_opts *opts, const char **why);
-
-/* Query heads per kv head of a call (Hq / Hkv with enable_gqa and dividing
- * head counts, else 1: a bad call fails later, in the kernel's checks). */
-int64_t attn_sdpa_gqa_group_of(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_opts *opts);
-
-/* Run kernel (MATH or FLASH; AUTO chooses as attn_sdpa_choose_kernel_for does)
- * on the call: attn_sdpa_math or attn_sdpa_flash. ATTN_EARG when the kernel
- * cannot serve it (flash with weights). */
-attn_status attn_sdpa_run(attn_sdpa_kernel kernel, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                          const attn_sdpa_opts *opts, attn_tensor *out, attn_tensor *weights);
 
 /* acc += a * b floats, a scratch size being summed; 0 on overflow. */
 static inline int attn_sdpa_add_floats(size_t *acc, int64_t a, int64_t b) {
