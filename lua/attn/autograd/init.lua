@@ -277,14 +277,15 @@ end
 
 -- The gradient flowing into a node's output slot s, as the walk hands it to
 -- the node's backward (zeros when nothing flowed into it); captured for
--- autograd.grad when that output is one of its inputs.
+-- autograd.grad when that output is one of its inputs and a gradient reached
+-- it (an output that got none, such as an unused chunk, stays unused).
 local function slot_grad(g, node, s, capture, results)
-  if g == nil then g = raw_zeros(node._shapes[s]) end
-  if capture then
+  if capture and g ~= nil then
     local cs = capture.slots[node]
     local k = cs and cs[s]
     if k then results[k] = g end
   end
+  if g == nil then g = raw_zeros(node._shapes[s]) end
   return g
 end
 
@@ -438,20 +439,28 @@ local function check_grad_arg(fname, t, g, i)
   return g
 end
 
-local function check_retain(fname, opts, argn)
-  if opts == nil then return false end
+-- The options table of backward ({retain_graph}) or autograd.grad
+-- ({retain_graph, allow_unused}): retain_graph, allow_unused as booleans.
+local function check_opts(fname, opts, argn, allowed)
+  if opts == nil then return false, false end
   if type_(opts) ~= "table" then
     error(("%s: bad argument #%d 'opts' (expected a table such as {retain_graph = true}, got %s)")
       :format(fname, argn, type_(opts)), 3)
   end
-  for k in pairs(opts) do
-    if k ~= "retain_graph" then
-      error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected retain_graph)"):format(fname, argn,
-        tostring(k)), 3)
+  for k, v in pairs(opts) do
+    if not allowed[k] then
+      error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected %s)"):format(fname, argn,
+        tostring(k), allowed.names), 3)
+    end
+    if k == "allow_unused" and type_(v) ~= "boolean" then
+      error(("%s: bad argument #%d 'opts' (option 'allow_unused' expected a boolean, got %s)"):format(fname, argn,
+        type_(v)), 3)
     end
   end
-  return opts.retain_graph and true or false
+  return opts.retain_graph and true or false, opts.allow_unused == true
 end
+local BACKWARD_OPTS = { retain_graph = true, names = "retain_graph" }
+local GRAD_OPTS = { retain_graph = true, allow_unused = true, names = "retain_graph or allow_unused" }
 
 --- Accumulate the gradients of t into the `.grad` of the leaves it depends on.
 -- `gradient` defaults to 1 for a one-element t; `{retain_graph = true}` keeps
@@ -464,7 +473,7 @@ function M.backward(...)
   local fname = "Tensor:backward"
   if select_("#", ...) > 3 then error(fname .. ": bad argument #4 (no more than 3 arguments expected)", 2) end
   if not is_tensor(t) then error(fname .. ": bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
-  local retain = check_retain(fname, opts, 3)
+  local retain = check_opts(fname, opts, 3, BACKWARD_OPTS)
   if not history[t] then
     error(fname .. ": the tensor does not require grad and has no grad_fn (no input of its computation "
       .. "requires grad, or it was computed inside attn.no_grad)", 2)
@@ -490,14 +499,17 @@ local function as_list(x, fname, argn, what)
 end
 
 --- The gradients of `outputs` w.r.t. `inputs` (tensors or lists), as a list,
--- without touching any `.grad`: `autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph}]])`.
+-- without touching any `.grad`:
+-- `autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph, allow_unused}]])`.
+-- An input given twice gets its gradient twice; an input no gradient reached
+-- is an error, or nil with allow_unused (torch.autograd.grad).
 function M.grad(...)
   local outputs, inputs, grad_outputs, opts = ...
   local fname = "attn.autograd.grad"
   if select_("#", ...) > 4 then error(fname .. ": bad argument #5 (no more than 4 arguments expected)", 2) end
   outputs = as_list(outputs, fname, 1, "outputs")
   inputs = as_list(inputs, fname, 2, "inputs")
-  local retain = check_retain(fname, opts, 4)
+  local retain, allow_unused = check_opts(fname, opts, 4, GRAD_OPTS)
   local gos = {}
   if grad_outputs ~= nil then
     if is_tensor(grad_outputs) then grad_outputs = { grad_outputs } end
@@ -512,23 +524,31 @@ function M.grad(...)
     end
     gos[i] = check_grad_arg(fname, t, grad_outputs and grad_outputs[i], 3)
   end
-  local capture, results = { leaves = {}, slots = {} }, {}
+  -- each distinct input is captured once; a repeat gets the first one's gradient
+  local capture, results, first = { leaves = {}, slots = {} }, {}, {}
   for i, x in ipairs(inputs) do
     local h = history[x]
     if h == nil then
       error(("%s: element %d of inputs does not require grad (it is not part of a graph)"):format(fname, i), 2)
-    elseif h == true then capture.leaves[x] = i
-    else
-      capture.slots[h.node] = capture.slots[h.node] or {}
-      capture.slots[h.node][h.slot] = i
+    end
+    if first[x] == nil then
+      first[x] = i
+      if h == true then capture.leaves[x] = i
+      else
+        capture.slots[h.node] = capture.slots[h.node] or {}
+        capture.slots[h.node][h.slot] = i
+      end
     end
   end
   run(fname, outputs, gos, retain, capture, results)
-  for i = 1, #inputs do
-    if results[i] == nil then
-      error(("%s: element %d of inputs was not used to compute the outputs (its gradient would be undefined)")
+  for i, x in ipairs(inputs) do
+    local g = results[first[x]]
+    if g == nil and not allow_unused then
+      error(("%s: element %d of inputs: One of the differentiated Tensors appears to not have been used in the "
+        .. "graph. Set allow_unused=True if this is the desired behavior (pass {allow_unused = true})")
         :format(fname, i), 2)
     end
+    results[i] = g
   end
   return results
 end
