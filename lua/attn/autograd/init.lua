@@ -29,35 +29,82 @@ local view_base = setmetatable({}, { __mode = "k" })
 local parameters = setmetatable({}, { __mode = "k" })
 M._history, M._grads, M._parameters = history, grads, parameters
 
-local enabled = true
+-- Grad mode belongs to the running coroutine, so that a coroutine that
+-- yields inside no_grad (or inside a recorded call's forward or backward,
+-- which run with recording off) leaves the code outside it as it was, and an
+-- abandoned one leaves nothing switched off. main_mode is the main thread's
+-- mode; modes[co] a coroutine's own (set by no_grad, enable_grad,
+-- set_grad_enabled or a recorded call running there); a coroutine without
+-- one follows the main thread's. any_own is false while no coroutine has its
+-- own, so the common case reads main_mode without asking which coroutine runs.
+local running, next_ = coroutine.running, next
+local main_mode = true
+local modes = setmetatable({}, { __mode = "k" })
+local any_own = false
+
+local function grad_mode()
+  if any_own then
+    local co, is_main = running()
+    if not is_main then
+      local m = modes[co]
+      if m ~= nil then return m end
+    elseif next_(modes) == nil then
+      any_own = false -- the coroutines that had one were collected
+    end
+  end
+  return main_mode
+end
+
+-- Set the running coroutine's mode; returns what restore_mode takes back.
+local function set_mode(on)
+  local co, is_main = running()
+  if is_main then
+    local prev = main_mode
+    main_mode = on
+    return co, true, prev
+  end
+  local prev = modes[co]
+  modes[co] = on
+  any_own = true
+  return co, false, prev
+end
+
+local function restore_mode(co, is_main, prev)
+  if is_main then
+    main_mode = prev
+    return
+  end
+  modes[co] = prev
+  if prev == nil and next_(modes) == nil then any_own = false end
+end
 
 local function is_tensor(x) return getmetatable(x) == Tensor_mt end
 
 local function shape_str(sizes) return "[" .. table.concat(sizes, ", ") .. "]" end
 
---- Whether operations record (grad mode).
-function M.is_grad_enabled() return enabled end
+--- Whether operations record (grad mode) in the running coroutine.
+M.is_grad_enabled = grad_mode
 
---- Turn recording on or off; returns the previous setting.
+--- Turn recording on or off in the running coroutine; returns the previous setting.
 -- @param on boolean
 function M.set_grad_enabled(on)
   if type(on) ~= "boolean" then
     error("attn.set_grad_enabled: bad argument #1 'on' (expected a boolean, got " .. type(on) .. ")", 2)
   end
-  local prev = enabled
-  enabled = on
+  local prev = grad_mode()
+  set_mode(on)
   return prev
 end
 
--- Run fn(...) with grad mode set to `mode`, restoring it on return and on error.
+-- Run fn(...) with the running coroutine's grad mode set to `mode`, restoring
+-- it on return and on error.
 local function with_mode(mode, fname, fn, ...)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     error(fname .. ": bad argument #1 'fn' (expected a function, got " .. type(fn) .. ")", 3)
   end
-  local prev = enabled
-  enabled = mode
+  local co, is_main, prev = set_mode(mode)
   local r = table.pack(pcall(fn, ...))
-  enabled = prev
+  restore_mode(co, is_main, prev)
   if not r[1] then error(r[2], 0) end
   return table.unpack(r, 2, r.n)
 end
@@ -174,7 +221,9 @@ function M.Function(def)
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
   return function(...)
-    if not enabled then return plain(...) end
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if not on then return plain(...) end
     local inputs, edges, needs = autograd_inputs(history, ...)
     if not inputs then
       if dirty then
@@ -194,9 +243,13 @@ function M.Function(def)
     -- every field the bookkeeping sets exists from the start: no rehash as they arrive
     local node = setmetatable({ _name = name, _def = def, needs_input_grad = needs, _edges = edges, _nout = 0,
                                 _shapes = false }, Node)
-    enabled = false
+    -- forward runs with recording off in this coroutine (set_mode and
+    -- restore_mode inlined: this is every recorded call's path)
+    local co, is_main = running()
+    local prev
+    if is_main then main_mode = false else prev = modes[co]; modes[co] = false; any_own = true end
     local r = pack(pcall(forward, node, ...))
-    enabled = true
+    if is_main then main_mode = true else restore_mode(co, false, prev) end
     if not r[1] then error(r[2], 0) end
     if name_of then node._name = name_of(...) end
     autograd_outputs(history, node, inputs, node._nondiff, dirty, r)
@@ -411,10 +464,9 @@ local function run(fname, roots, root_grads, retain, capture, results)
       ready[tail] = node
     end
   end
-  local prev = enabled
-  enabled = false
+  local co, is_main, prev = set_mode(false)
   local ok, err = pcall(walk, ready, tail, deps, buffers, retain, capture, results)
-  enabled = prev
+  restore_mode(co, is_main, prev)
   if not ok then
     if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
     error(err, 0)
@@ -613,7 +665,9 @@ end
 
 local function get_field(t, key)
   if type_(key) ~= "string" then
-    if enabled and history[t] then return recorded_index(t, key) end
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if on and history[t] then return recorded_index(t, key) end
     return raw_index(t, key)
   end
   local f = fields[key]
@@ -623,7 +677,9 @@ end
 
 local function set_field(t, key, value)
   if type_(key) ~= "string" then
-    if enabled and (history[t] or history[value] or (view_base[t] and history[view_base[t]])) then
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if on and (history[t] or history[value] or (view_base[t] and history[view_base[t]])) then
       error("attn.Tensor index assignment: assigning into a tensor that takes part in autograd (it or the "
         .. "value requires grad) is not supported: build the result with attn.cat / attn.stack, or assign "
         .. "inside attn.no_grad", 2)
