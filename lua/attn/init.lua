@@ -109,7 +109,7 @@ function Tensor.view_as(t, other) return as_shape_of("Tensor:view_as", "view", t
 function Tensor.expand_as(t, other) return as_shape_of("Tensor:expand_as", "expand", t, other) end
 
 local autograd = require "attn.autograd"
---- Reverse-mode autograd: `attn.autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph}]])`,
+--- Reverse-mode autograd: `attn.autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph, allow_unused}]])`,
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
 require("attn.autograd.derivatives").install(attn)
@@ -120,7 +120,7 @@ attn.rope = require("attn.autograd.rope").rope
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).
 attn.enable_grad = autograd.enable_grad
---- Turn autograd recording on or off; returns the previous setting.
+--- Turn autograd recording on or off in the running coroutine; returns the previous setting.
 attn.set_grad_enabled = autograd.set_grad_enabled
 --- Whether autograd records.
 attn.is_grad_enabled = autograd.is_grad_enabled

@@ -122,8 +122,8 @@ M.fused_attention = autograd.Function{
   end,
   fname = "attention_forward",
   raw = fused_forward,
-  -- the 16 arguments as they are (no table: this is the notebook-size hot path);
-  -- the backward takes them back from the saved list
+  -- the 16 arguments as they are (no table on the tiny path: it is the
+  -- notebook-size hot path); the backward takes them back from the saved list
   forward = function(ctx, x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
     -- and the dropout draw, and the state the backward needs (not recomputed
     -- there; a tiny call keeps none and its backward recomputes)
@@ -131,14 +131,33 @@ M.fused_attention = autograd.Function{
       wq, bq, wk, bk, wv, bv, wo, bo, mask, true, true)
     if out == nil then return nil end
     ctx.draw, ctx.kernel = draw, kernel
-    -- the state is saved with the inputs, so the engine frees it with them after the backward
-    ctx:save_for_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask,
-      qkv, o, c, saved)
+    -- What the backward reads (modules_backward.c). Without kept state (a tiny
+    -- call) it recomputes Q, K, V from x and every parameter: all 16 arguments
+    -- are saved. With it, as torch's module-by-module graph: x for the
+    -- parameters' gradients, W_query/W_key/W_value for x's, the output
+    -- projection's weight (the context's gradient) and the mask always, biases
+    -- never; the C backward still takes every argument (ctx.args), reading
+    -- only those. The state is saved with them, so the engine frees it after
+    -- the backward.
+    if qkv == nil then
+      ctx:save_for_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
+    else
+      local need = ctx.needs_input_grad
+      local for_params, for_dx = false, need[1]
+      for i = 2, #need do if need[i] then for_params = true end end
+      ctx.args = { x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask }
+      ctx:save_for_backward(for_params and x or nil, nil, nil, nil, nil, nil, nil, for_dx and wq or nil, nil,
+        for_dx and wk or nil, nil, for_dx and wv or nil, nil, wo, nil, mask, qkv, o, c, saved)
+    end
     return out
   end,
   backward = function(ctx, g)
     local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved =
       ctx:saved()
+    local a = ctx.args
+    if a then
+      x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask = table.unpack(a, 1, 16)
+    end
     local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
       p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)

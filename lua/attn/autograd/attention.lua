@@ -23,7 +23,10 @@ M.linear_recorded = autograd.Function{
     local y = raw.matmul(x, raw.t(w))
     if b then raw.add_(y, b) end -- in place: y is this call's own (the bits of y + b, one activation less)
     b = b or nil
-    ctx:save_for_backward(x, w)
+    -- x only for W's gradient, W only for x's (addmm's formulas): W may change
+    -- in place after a forward on an x that needs no gradient
+    local need = ctx.needs_input_grad
+    if need[1] or need[2] then ctx:save_for_backward(need[2] and x or nil, need[1] and w or nil) end
     ctx.has_bias = b and true or false
     return y
   end,

@@ -29,24 +29,43 @@ local function norm_dim(d, ndim) if d < 0 then return d + ndim + 1 end return d 
 
 -- ------------------------------------------------------------ elementwise ----
 
--- one binary op: forward raw(a, b) with numbers allowed on either side
-local function binary(opname, name_of, grad_a, grad_b, saves_result)
+-- What a gradient formula reads of (a, b, r): a string of those letters.
+local function reads(spec)
+  return { a = spec:find("a", 1, true) ~= nil, b = spec:find("b", 1, true) ~= nil, r = spec:find("r", 1, true) ~= nil }
+end
+
+-- one binary op: forward raw(a, b) with numbers allowed on either side.
+-- reads_a, reads_b: what grad_a and grad_b read of (a, b, r); an operand or
+-- the result is saved only when the formula of an input that needs a
+-- gradient reads it (derivatives.yaml), a number operand as well (torch
+-- saves it as a wrapped-number tensor, so a second backward is refused alike)
+local function binary(opname, name_of, grad_a, grad_b, reads_a, reads_b)
   local f = raw[opname]
+  local ua, ub = reads(reads_a), reads(reads_b)
   return Function{
     name = name_of, fname = "attn." .. opname, raw = f,
     forward = function(ctx, ...)
       local a, b = ...
       local r = f(...)
-      ctx.a_shape = is_tensor(a) and a:size() or nil
-      ctx.b_shape = is_tensor(b) and b:size() or nil
-      if saves_result then ctx:save_for_backward(a, b, r) else ctx:save_for_backward(a, b) end
+      local ta, tb = is_tensor(a), is_tensor(b)
+      ctx.a_shape = ta and a:size() or nil
+      ctx.b_shape = tb and b:size() or nil
+      local need = ctx.needs_input_grad
+      local na = ta and need[1]
+      local nb = tb and need[ta and 2 or 1]
+      local keep_a = (na and ua.a) or (nb and ub.a)
+      local keep_b = (na and ua.b) or (nb and ub.b)
+      local keep_r = (na and ua.r) or (nb and ub.r)
+      if keep_a or keep_b or keep_r then
+        ctx:save_for_backward(keep_a and a or nil, keep_b and b or nil, keep_r and r or nil)
+      end
       return r
     end,
     backward = function(ctx, g)
       local a, b, r = ctx:saved()
       local ga, gb
-      local ia = is_tensor(a) and 1 or nil
-      local ib = is_tensor(b) and (ia and 2 or 1) or nil
+      local ia = ctx.a_shape and 1 or nil
+      local ib = ctx.b_shape and (ia and 2 or 1) or nil
       if ia and ctx.needs_input_grad[ia] then ga = sum_to(grad_a(g, a, b, r), ctx.a_shape) end
       if ib and ctx.needs_input_grad[ib] then gb = sum_to(grad_b(g, a, b, r), ctx.b_shape) end
       if ia and ib then return ga, gb end
@@ -58,13 +77,14 @@ end
 
 local function const(name) return function() return name end end
 
-M.add = binary("add", const("AddBackward0"), function(g) return g end, function(g) return g end)
+M.add = binary("add", const("AddBackward0"), function(g) return g end, function(g) return g end, "", "")
 M.sub = binary("sub", function(a) return is_tensor(a) and "SubBackward0" or "RsubBackward1" end,
-  function(g) return g end, function(g) return -g end)
-M.mul = binary("mul", const("MulBackward0"), function(g, _, b) return g * b end, function(g, a) return g * a end)
+  function(g) return g end, function(g) return -g end, "", "")
+M.mul = binary("mul", const("MulBackward0"), function(g, _, b) return g * b end, function(g, a) return g * a end,
+  "b", "a")
 M.div = binary("div", function(a) return is_tensor(a) and "DivBackward0" or "MulBackward0" end,
   function(g, _, b) return g / b end,
-  function(g, a, b) return -g * a / (b * b) end)
+  function(g, a, b) return -g * a / (b * b) end, "b", "ab")
 -- torch's pow_backward_self / pow_backward_exponent, with its grouping g * (...):
 -- d/dx x^y = y x^(y-1), 0 where y == 0 (also at x = 0, where the formula is NaN);
 -- d/dy x^y = x^y log x, 0 where x == 0 and y >= 0. Nodes: PowBackward0 (number
@@ -82,63 +102,75 @@ M.pow = binary("pow",
     local d = r * math.log(a)
     if a == 0 then d = d:masked_fill(b:ge(0), 0) end
     return g * d
-  end, true)
+  end, "ab", "abr")
 -- remainder(a, b) = a - b * (a // b): d/da = 1, d/db = -(a // b), the quotient of
 -- floor_divide as torch's remainder backward (div rounding_mode="floor"), not
 -- floor(a / b), whose rounded a / b can reach the next integer (1 % 0.1: 9, not 10)
 M.remainder = binary("remainder", function(_, b) return is_tensor(b) and "RemainderBackward1" or "RemainderBackward0" end,
   function(g) return g end,
-  function(g, a, b) return -g * raw.floor_divide(a, b) end)
+  function(g, a, b) return -g * raw.floor_divide(a, b) end, "", "ab")
 -- maximum/minimum: the gradient to the larger (smaller) input, halved on ties
 local function extremum_grad(g, x, y, larger)
   local wins = larger and x:gt(y) or x:lt(y)
   return g * (wins + x:eq(y) * 0.5)
 end
 M.maximum = binary("maximum", const("MaximumBackward0"),
-  function(g, a, b) return extremum_grad(g, a, b, true) end, function(g, a, b) return extremum_grad(g, b, a, true) end)
+  function(g, a, b) return extremum_grad(g, a, b, true) end, function(g, a, b) return extremum_grad(g, b, a, true) end,
+  "ab", "ab")
 M.minimum = binary("minimum", const("MinimumBackward0"),
-  function(g, a, b) return extremum_grad(g, a, b, false) end, function(g, a, b) return extremum_grad(g, b, a, false) end)
+  function(g, a, b) return extremum_grad(g, a, b, false) end, function(g, a, b) return extremum_grad(g, b, a, false) end,
+  "ab", "ab")
 
--- in-place binary ops: self op= other; self's old value is kept only when needed
-local function binary_(opname, name, grad_self, grad_other, needs_old_self)
+-- in-place binary ops: self op= other. grad_self reads other (or nothing);
+-- grad_other reads other and self's old value (a copy made before the write,
+-- as torch's original_self) or nothing: each kept only for an input that
+-- needs a gradient (derivatives.yaml), so later in-place ops on self are free
+local function binary_(opname, name, grad_self, grad_other, self_reads_other, other_reads_old, other_reads_other)
   local f = raw[opname .. "_"]
   return Function{
     name = name, fname = "Tensor:" .. opname .. "_", dirty = true, raw = f,
     forward = function(ctx, ...)
       local self, other = ...
-      local old = needs_old_self and ctx.needs_input_grad[2] and is_tensor(other) and self:clone() or nil
+      local need, to = ctx.needs_input_grad, is_tensor(other)
+      local ns, no = need[1], to and need[2]
+      local old = no and other_reads_old and self:clone() or nil
       local r = f(...)
-      ctx.other_shape = is_tensor(other) and other:size() or nil
-      ctx:save_for_backward(old, other, r)
+      ctx.other_shape = to and other:size() or nil
+      local keep_other = (ns and self_reads_other) or (no and other_reads_other)
+      if old or keep_other then ctx:save_for_backward(old, keep_other and other or nil) end
       return r
     end,
     backward = function(ctx, g)
-      local old, other, r = ctx:saved()
-      local gs = ctx.needs_input_grad[1] and grad_self(g, other, r) or nil
-      if is_tensor(other) then
-        local go = ctx.needs_input_grad[2] and sum_to(grad_other(g, old, other, r), ctx.other_shape) or nil
+      local old, other = ctx:saved()
+      local gs = ctx.needs_input_grad[1] and grad_self(g, other) or nil
+      if ctx.other_shape then
+        local go = ctx.needs_input_grad[2] and sum_to(grad_other(g, old, other), ctx.other_shape) or nil
         return gs, go
       end
       return gs
     end,
   }
 end
-M.add_ = binary_("add", "AddBackward0", function(g) return g end, function(g) return g end)
-M.sub_ = binary_("sub", "SubBackward0", function(g) return g end, function(g) return -g end)
-M.mul_ = binary_("mul", "MulBackward0", function(g, o) return g * o end, function(g, old) return g * old end, true)
+M.add_ = binary_("add", "AddBackward0", function(g) return g end, function(g) return g end, false, false, false)
+M.sub_ = binary_("sub", "SubBackward0", function(g) return g end, function(g) return -g end, false, false, false)
+M.mul_ = binary_("mul", "MulBackward0", function(g, o) return g * o end, function(g, old) return g * old end, true,
+  true, false)
+-- other's gradient -g * r / o with r = old / o recomputed (the same bits as the forward's result)
 M.div_ = binary_("div", "DivBackward0", function(g, o) return g / o end,
-  function(g, _, o, r) return -g * r / o end)
+  function(g, old, o) return -g * raw.div(old, o) / o end, true, true, true)
 M.remainder_ = binary_("remainder", function(_, o) return is_tensor(o) and "RemainderBackward1" or "RemainderBackward0" end,
-  function(g) return g end, function(g, old, o) return -g * raw.floor_divide(old, o) end, true)
+  function(g) return g end, function(g, old, o) return -g * raw.floor_divide(old, o) end, false, true, true)
 
--- unary ops: grad of the input from g, the input x and the result r
-local function unary(opname, name, grad)
+-- unary ops: grad of the input from g, the input x and the result r; only
+-- what the formula reads ("x", "r" or "") is saved
+local function unary(opname, name, grad, reads_spec)
   local f = raw[opname]
+  local save_x, save_r = reads_spec:find("x", 1, true) ~= nil, reads_spec:find("r", 1, true) ~= nil
   return Function{
     name = name, fname = "attn." .. opname, raw = f,
     forward = function(ctx, x, ...)
       local r = f(x, ...)
-      ctx:save_for_backward(x, r)
+      if save_x or save_r then ctx:save_for_backward(save_x and x or nil, save_r and r or nil) end
       return r
     end,
     backward = function(ctx, g)
@@ -149,16 +181,16 @@ local function unary(opname, name, grad)
 end
 M.neg = Function{name = "NegBackward0", fname = "attn.neg", raw = raw.neg,
   forward = function(_, x, ...) return raw.neg(x, ...) end, backward = function(_, g) return -g end}
-M.exp = unary("exp", "ExpBackward0", function(g, _, r) return g * r end)
-M.log = unary("log", "LogBackward0", function(g, x) return g / x end)
-M.sqrt = unary("sqrt", "SqrtBackward0", function(g, _, r) return g / (r * 2) end)
-M.tanh = unary("tanh", "TanhBackward0", function(g, _, r) return g * (1 - r * r) end)
+M.exp = unary("exp", "ExpBackward0", function(g, _, r) return g * r end, "r")
+M.log = unary("log", "LogBackward0", function(g, x) return g / x end, "x")
+M.sqrt = unary("sqrt", "SqrtBackward0", function(g, _, r) return g / (r * 2) end, "r")
+M.tanh = unary("tanh", "TanhBackward0", function(g, _, r) return g * (1 - r * r) end, "r")
 -- sign(x): 1, -1, or 0 at 0 (torch's sgn)
-M.abs = unary("abs", "AbsBackward0", function(g, x) return g * (x:gt(0) - x:lt(0)) end)
-M.floor = unary("floor", "FloorBackward0", function(g) return raw.zeros(g:size()) end)
-M.sigmoid = unary("sigmoid", "SigmoidBackward0", function(g, _, r) return g * r * (1 - r) end)
-M.relu = unary("relu", "ReluBackward0", function(g, _, r) return g * r:gt(0) end)
-M.reciprocal = unary("reciprocal", "ReciprocalBackward0", function(g, _, r) return -g * r * r end)
+M.abs = unary("abs", "AbsBackward0", function(g, x) return g * (x:gt(0) - x:lt(0)) end, "x")
+M.floor = unary("floor", "FloorBackward0", function(g) return raw.zeros(g:size()) end, "")
+M.sigmoid = unary("sigmoid", "SigmoidBackward0", function(g, _, r) return g * r * (1 - r) end, "r")
+M.relu = unary("relu", "ReluBackward0", function(g, _, r) return g * r:gt(0) end, "r")
+M.reciprocal = unary("reciprocal", "ReciprocalBackward0", function(g, _, r) return -g * r * r end, "r")
 
 -- ------------------------------------------------------------ reductions ----
 
@@ -277,20 +309,20 @@ M.masked_fill = Function{
     local x, mask = ...
     local r = raw.masked_fill(...)
     ctx.shape = x:size()
-    ctx.mask = mask
+    ctx:save_for_backward(mask) -- saved, so an in-place change of the mask is caught
     return r
   end,
-  backward = function(ctx, g) return sum_to(g:masked_fill(ctx.mask, 0), ctx.shape), nil end,
+  backward = function(ctx, g) return sum_to(g:masked_fill(ctx:saved(), 0), ctx.shape), nil end,
 }
 M.masked_fill_ = Function{
   name = "MaskedFillBackward0", fname = "Tensor:masked_fill_", dirty = true, raw = raw.masked_fill_,
   forward = function(ctx, ...)
     local _, mask = ...
     local r = raw.masked_fill_(...)
-    ctx.mask = mask
+    ctx:save_for_backward(mask)
     return r
   end,
-  backward = function(ctx, g) return g:masked_fill(ctx.mask, 0), nil end,
+  backward = function(ctx, g) return g:masked_fill(ctx:saved(), 0), nil end,
 }
 
 local function triangle(opname, name, inplace)
@@ -348,22 +380,32 @@ local function matmul_name(a, b)
   return "UnsafeViewBackward0"
 end
 
--- torch.matmul's gradients: 1-D operands act as a row (a) or a column (b)
+-- torch.matmul's gradients: 1-D operands act as a row (a) or a column (b).
+-- a is saved only for b's gradient and b only for a's (mm's formulas); the
+-- sizes are kept apart
 local function matmul_backward(ctx, g)
   local a, b = ctx:saved()
-  local a2 = a:dim() == 1 and a:unsqueeze(1) or a
-  local b2 = b:dim() == 1 and b:unsqueeze(2) or b
+  local a_shape, b_shape = ctx.a_shape, ctx.b_shape
+  local a1, b1 = #a_shape == 1, #b_shape == 1
   local g2 = g
-  if b:dim() == 1 then g2 = g2:unsqueeze(-1) end
-  if a:dim() == 1 then g2 = g2:unsqueeze(math.max(g2:dim(), 1)) end
+  if b1 then g2 = g2:unsqueeze(-1) end
+  if a1 then g2 = g2:unsqueeze(math.max(g2:dim(), 1)) end
   local ga, gb
   if ctx.needs_input_grad[1] then
-    ga = sum_to(raw.matmul(g2, b2:transpose(-1, -2)), a2:size()):reshape(a:size())
+    local b2 = b1 and b:unsqueeze(2) or b
+    ga = sum_to(raw.matmul(g2, b2:transpose(-1, -2)), a1 and { 1, a_shape[1] } or a_shape):reshape(a_shape)
   end
   if ctx.needs_input_grad[2] then
-    gb = sum_to(raw.matmul(a2:transpose(-1, -2), g2), b2:size()):reshape(b:size())
+    local a2 = a1 and a:unsqueeze(1) or a
+    gb = sum_to(raw.matmul(a2:transpose(-1, -2), g2), b1 and { b_shape[1], 1 } or b_shape):reshape(b_shape)
   end
   return ga, gb
+end
+
+-- save a and b as the formulas of the inputs that need a gradient read them
+local function save_operands(ctx, a, b)
+  local need = ctx.needs_input_grad
+  if need[1] or need[2] then ctx:save_for_backward(need[2] and a or nil, need[1] and b or nil) end
 end
 
 M.matmul = Function{
@@ -371,7 +413,8 @@ M.matmul = Function{
   forward = function(ctx, ...)
     local a, b = ...
     local r = raw.matmul(...)
-    ctx:save_for_backward(a, b)
+    ctx.a_shape, ctx.b_shape = a:size(), b:size()
+    save_operands(ctx, a, b)
     return r
   end,
   backward = matmul_backward,
@@ -382,7 +425,7 @@ M.dot = Function{
   forward = function(ctx, ...)
     local a, b = ...
     local r = raw.dot(...)
-    ctx:save_for_backward(a, b)
+    save_operands(ctx, a, b)
     return r
   end,
   backward = function(ctx, g)

@@ -29,35 +29,82 @@ local view_base = setmetatable({}, { __mode = "k" })
 local parameters = setmetatable({}, { __mode = "k" })
 M._history, M._grads, M._parameters = history, grads, parameters
 
-local enabled = true
+-- Grad mode belongs to the running coroutine, so that a coroutine that
+-- yields inside no_grad (or inside a recorded call's forward or backward,
+-- which run with recording off) leaves the code outside it as it was, and an
+-- abandoned one leaves nothing switched off. main_mode is the main thread's
+-- mode; modes[co] a coroutine's own (set by no_grad, enable_grad,
+-- set_grad_enabled or a recorded call running there); a coroutine without
+-- one follows the main thread's. any_own is false while no coroutine has its
+-- own, so the common case reads main_mode without asking which coroutine runs.
+local running, next_ = coroutine.running, next
+local main_mode = true
+local modes = setmetatable({}, { __mode = "k" })
+local any_own = false
+
+local function grad_mode()
+  if any_own then
+    local co, is_main = running()
+    if not is_main then
+      local m = modes[co]
+      if m ~= nil then return m end
+    elseif next_(modes) == nil then
+      any_own = false -- the coroutines that had one were collected
+    end
+  end
+  return main_mode
+end
+
+-- Set the running coroutine's mode; returns what restore_mode takes back.
+local function set_mode(on)
+  local co, is_main = running()
+  if is_main then
+    local prev = main_mode
+    main_mode = on
+    return co, true, prev
+  end
+  local prev = modes[co]
+  modes[co] = on
+  any_own = true
+  return co, false, prev
+end
+
+local function restore_mode(co, is_main, prev)
+  if is_main then
+    main_mode = prev
+    return
+  end
+  modes[co] = prev
+  if prev == nil and next_(modes) == nil then any_own = false end
+end
 
 local function is_tensor(x) return getmetatable(x) == Tensor_mt end
 
 local function shape_str(sizes) return "[" .. table.concat(sizes, ", ") .. "]" end
 
---- Whether operations record (grad mode).
-function M.is_grad_enabled() return enabled end
+--- Whether operations record (grad mode) in the running coroutine.
+M.is_grad_enabled = grad_mode
 
---- Turn recording on or off; returns the previous setting.
+--- Turn recording on or off in the running coroutine; returns the previous setting.
 -- @param on boolean
 function M.set_grad_enabled(on)
   if type(on) ~= "boolean" then
     error("attn.set_grad_enabled: bad argument #1 'on' (expected a boolean, got " .. type(on) .. ")", 2)
   end
-  local prev = enabled
-  enabled = on
+  local prev = grad_mode()
+  set_mode(on)
   return prev
 end
 
--- Run fn(...) with grad mode set to `mode`, restoring it on return and on error.
+-- Run fn(...) with the running coroutine's grad mode set to `mode`, restoring
+-- it on return and on error.
 local function with_mode(mode, fname, fn, ...)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     error(fname .. ": bad argument #1 'fn' (expected a function, got " .. type(fn) .. ")", 3)
   end
-  local prev = enabled
-  enabled = mode
+  local co, is_main, prev = set_mode(mode)
   local r = table.pack(pcall(fn, ...))
-  enabled = prev
+  restore_mode(co, is_main, prev)
   if not r[1] then error(r[2], 0) end
   return table.unpack(r, 2, r.n)
 end
@@ -174,7 +221,9 @@ function M.Function(def)
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
   return function(...)
-    if not enabled then return plain(...) end
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if not on then return plain(...) end
     local inputs, edges, needs = autograd_inputs(history, ...)
     if not inputs then
       if dirty then
@@ -194,9 +243,13 @@ function M.Function(def)
     -- every field the bookkeeping sets exists from the start: no rehash as they arrive
     local node = setmetatable({ _name = name, _def = def, needs_input_grad = needs, _edges = edges, _nout = 0,
                                 _shapes = false }, Node)
-    enabled = false
+    -- forward runs with recording off in this coroutine (set_mode and
+    -- restore_mode inlined: this is every recorded call's path)
+    local co, is_main = running()
+    local prev
+    if is_main then main_mode = false else prev = modes[co]; modes[co] = false; any_own = true end
     local r = pack(pcall(forward, node, ...))
-    enabled = true
+    if is_main then main_mode = true else restore_mode(co, false, prev) end
     if not r[1] then error(r[2], 0) end
     if name_of then node._name = name_of(...) end
     autograd_outputs(history, node, inputs, node._nondiff, dirty, r)
@@ -277,14 +330,15 @@ end
 
 -- The gradient flowing into a node's output slot s, as the walk hands it to
 -- the node's backward (zeros when nothing flowed into it); captured for
--- autograd.grad when that output is one of its inputs.
+-- autograd.grad when that output is one of its inputs and a gradient reached
+-- it (an output that got none, such as an unused chunk, stays unused).
 local function slot_grad(g, node, s, capture, results)
-  if g == nil then g = raw_zeros(node._shapes[s]) end
-  if capture then
+  if capture and g ~= nil then
     local cs = capture.slots[node]
     local k = cs and cs[s]
     if k then results[k] = g end
   end
+  if g == nil then g = raw_zeros(node._shapes[s]) end
   return g
 end
 
@@ -410,10 +464,9 @@ local function run(fname, roots, root_grads, retain, capture, results)
       ready[tail] = node
     end
   end
-  local prev = enabled
-  enabled = false
+  local co, is_main, prev = set_mode(false)
   local ok, err = pcall(walk, ready, tail, deps, buffers, retain, capture, results)
-  enabled = prev
+  restore_mode(co, is_main, prev)
   if not ok then
     if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
     error(err, 0)
@@ -438,20 +491,28 @@ local function check_grad_arg(fname, t, g, i)
   return g
 end
 
-local function check_retain(fname, opts, argn)
-  if opts == nil then return false end
+-- The options table of backward ({retain_graph}) or autograd.grad
+-- ({retain_graph, allow_unused}): retain_graph, allow_unused as booleans.
+local function check_opts(fname, opts, argn, allowed)
+  if opts == nil then return false, false end
   if type_(opts) ~= "table" then
     error(("%s: bad argument #%d 'opts' (expected a table such as {retain_graph = true}, got %s)")
       :format(fname, argn, type_(opts)), 3)
   end
-  for k in pairs(opts) do
-    if k ~= "retain_graph" then
-      error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected retain_graph)"):format(fname, argn,
-        tostring(k)), 3)
+  for k, v in pairs(opts) do
+    if not allowed[k] then
+      error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected %s)"):format(fname, argn,
+        tostring(k), allowed.names), 3)
+    end
+    if k == "allow_unused" and type_(v) ~= "boolean" then
+      error(("%s: bad argument #%d 'opts' (option 'allow_unused' expected a boolean, got %s)"):format(fname, argn,
+        type_(v)), 3)
     end
   end
-  return opts.retain_graph and true or false
+  return opts.retain_graph and true or false, opts.allow_unused == true
 end
+local BACKWARD_OPTS = { retain_graph = true, names = "retain_graph" }
+local GRAD_OPTS = { retain_graph = true, allow_unused = true, names = "retain_graph or allow_unused" }
 
 --- Accumulate the gradients of t into the `.grad` of the leaves it depends on.
 -- `gradient` defaults to 1 for a one-element t; `{retain_graph = true}` keeps
@@ -464,7 +525,7 @@ function M.backward(...)
   local fname = "Tensor:backward"
   if select_("#", ...) > 3 then error(fname .. ": bad argument #4 (no more than 3 arguments expected)", 2) end
   if not is_tensor(t) then error(fname .. ": bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
-  local retain = check_retain(fname, opts, 3)
+  local retain = check_opts(fname, opts, 3, BACKWARD_OPTS)
   if not history[t] then
     error(fname .. ": the tensor does not require grad and has no grad_fn (no input of its computation "
       .. "requires grad, or it was computed inside attn.no_grad)", 2)
@@ -490,14 +551,17 @@ local function as_list(x, fname, argn, what)
 end
 
 --- The gradients of `outputs` w.r.t. `inputs` (tensors or lists), as a list,
--- without touching any `.grad`: `autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph}]])`.
+-- without touching any `.grad`:
+-- `autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph, allow_unused}]])`.
+-- An input given twice gets its gradient twice; an input no gradient reached
+-- is an error, or nil with allow_unused (torch.autograd.grad).
 function M.grad(...)
   local outputs, inputs, grad_outputs, opts = ...
   local fname = "attn.autograd.grad"
   if select_("#", ...) > 4 then error(fname .. ": bad argument #5 (no more than 4 arguments expected)", 2) end
   outputs = as_list(outputs, fname, 1, "outputs")
   inputs = as_list(inputs, fname, 2, "inputs")
-  local retain = check_retain(fname, opts, 4)
+  local retain, allow_unused = check_opts(fname, opts, 4, GRAD_OPTS)
   local gos = {}
   if grad_outputs ~= nil then
     if is_tensor(grad_outputs) then grad_outputs = { grad_outputs } end
@@ -512,23 +576,31 @@ function M.grad(...)
     end
     gos[i] = check_grad_arg(fname, t, grad_outputs and grad_outputs[i], 3)
   end
-  local capture, results = { leaves = {}, slots = {} }, {}
+  -- each distinct input is captured once; a repeat gets the first one's gradient
+  local capture, results, first = { leaves = {}, slots = {} }, {}, {}
   for i, x in ipairs(inputs) do
     local h = history[x]
     if h == nil then
       error(("%s: element %d of inputs does not require grad (it is not part of a graph)"):format(fname, i), 2)
-    elseif h == true then capture.leaves[x] = i
-    else
-      capture.slots[h.node] = capture.slots[h.node] or {}
-      capture.slots[h.node][h.slot] = i
+    end
+    if first[x] == nil then
+      first[x] = i
+      if h == true then capture.leaves[x] = i
+      else
+        capture.slots[h.node] = capture.slots[h.node] or {}
+        capture.slots[h.node][h.slot] = i
+      end
     end
   end
   run(fname, outputs, gos, retain, capture, results)
-  for i = 1, #inputs do
-    if results[i] == nil then
-      error(("%s: element %d of inputs was not used to compute the outputs (its gradient would be undefined)")
+  for i, x in ipairs(inputs) do
+    local g = results[first[x]]
+    if g == nil and not allow_unused then
+      error(("%s: element %d of inputs: One of the differentiated Tensors appears to not have been used in the "
+        .. "graph. Set allow_unused=True if this is the desired behavior (pass {allow_unused = true})")
         :format(fname, i), 2)
     end
+    results[i] = g
   end
   return results
 end
@@ -593,7 +665,9 @@ end
 
 local function get_field(t, key)
   if type_(key) ~= "string" then
-    if enabled and history[t] then return recorded_index(t, key) end
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if on and history[t] then return recorded_index(t, key) end
     return raw_index(t, key)
   end
   local f = fields[key]
@@ -603,7 +677,9 @@ end
 
 local function set_field(t, key, value)
   if type_(key) ~= "string" then
-    if enabled and (history[t] or history[value] or (view_base[t] and history[view_base[t]])) then
+    local on = main_mode
+    if any_own then on = grad_mode() end
+    if on and (history[t] or history[value] or (view_base[t] and history[view_base[t]])) then
       error("attn.Tensor index assignment: assigning into a tensor that takes part in autograd (it or the "
         .. "value requires grad) is not supported: build the result with attn.cat / attn.stack, or assign "
         .. "inside attn.no_grad", 2)

@@ -94,8 +94,10 @@ F.cos = autograd.Function {
 -- (and min < max), max's where x > max (or max < min); each is summed back to
 -- its input's shape. x is the input before the op (a copy for clamp_).
 local function clamp_backward(ctx, grad)
-  local x = ctx:saved()
+  local x, lo_t, hi_t = ctx:saved()
   local lo, hi = ctx.lo, ctx.hi
+  if ctx.lo_size then lo = lo_t end
+  if ctx.hi_size then hi = hi_t end
   local g = {}
   if lo ~= nil and hi ~= nil then
     g[1] = core.where(core.ge(x, lo) * core.le(x, hi), grad, 0)
@@ -120,9 +122,11 @@ local function clamp_name(_, lo, hi)
   return (is_tensor(lo) or is_tensor(hi)) and "ClampBackward0" or "ClampBackward1"
 end
 
+-- a tensor bound is saved with x (by the caller), a number kept as it is
 local function clamp_forward(ctx, x, lo, hi, ...)
   ctx.positions = tensor_positions(x, lo, hi)
-  ctx.lo, ctx.hi = lo, hi
+  ctx.lo = not is_tensor(lo) and lo or nil
+  ctx.hi = not is_tensor(hi) and hi or nil
   ctx.x_size = x:size()
   ctx.lo_size = is_tensor(lo) and lo:size() or nil
   ctx.hi_size = is_tensor(hi) and hi:size() or nil
@@ -134,7 +138,7 @@ F.clamp = autograd.Function {
   forward = function(ctx, x, lo, hi, ...)
     local r = core.clamp(x, lo, hi, ...) -- first: its argument errors name clamp
     clamp_forward(ctx, x, lo, hi)
-    ctx:save_for_backward(x)
+    ctx:save_for_backward(x, ctx.lo_size and lo or nil, ctx.hi_size and hi or nil)
     return r
   end,
   backward = clamp_backward,
@@ -147,7 +151,7 @@ F.clamp_ = autograd.Function {
     local before = x:clone() -- x before it is overwritten
     local r = raw_method.clamp_(x, lo, hi, ...)
     clamp_forward(ctx, x, lo, hi)
-    ctx:save_for_backward(before)
+    ctx:save_for_backward(before, ctx.lo_size and lo or nil, ctx.hi_size and hi or nil)
     return r
   end,
   backward = clamp_backward,
@@ -281,12 +285,13 @@ F.index_select = autograd.Function {
   forward = function(ctx, x, dim, index, ...)
     local r = core.index_select(x, dim, index, ...)
     ctx.positions = tensor_positions(x, dim, index)
-    ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
+    ctx.size, ctx.dim = x:size(), dim
+    ctx:save_for_backward(index_tensor(index)) -- saved: an in-place change of the index is caught
     return r
   end,
   backward = function(ctx, grad)
     local d = positive_dim(ctx.dim, #ctx.size)
-    return per_input(ctx, { index_add(ctx.size, d, ctx.index, grad) })
+    return per_input(ctx, { index_add(ctx.size, d, ctx:saved(), grad) })
   end,
 }
 
@@ -295,11 +300,12 @@ F.gather = autograd.Function {
   forward = function(ctx, x, dim, index, ...)
     local r = core.gather(x, dim, index, ...)
     ctx.positions = tensor_positions(x, dim, index)
-    ctx.size, ctx.dim, ctx.index = x:size(), dim, index_tensor(index)
+    ctx.size, ctx.dim = x:size(), dim
+    ctx:save_for_backward(index_tensor(index))
     return r
   end,
   backward = function(ctx, grad) -- zeros(x):scatter_add_(dim, index, grad)
-    return per_input(ctx, { raw_method.scatter_add_(core.zeros(ctx.size), ctx.dim, ctx.index, grad) })
+    return per_input(ctx, { raw_method.scatter_add_(core.zeros(ctx.size), ctx.dim, ctx:saved(), grad) })
   end,
 }
 
@@ -327,13 +333,17 @@ local function scatter_add_function(inplace)
       if inplace then r = raw_method.scatter_add_(self, dim, index, src, ...)
       else r = core.scatter_add(self, dim, index, src, ...) end
       ctx.positions = tensor_positions(self, dim, index, src)
-      ctx.dim, ctx.index = dim, index_tensor(index)
+      ctx.dim = dim
       ctx.src_size = src:size()
+      -- the index only for src's gradient (derivatives.yaml)
+      local need = ctx.needs_input_grad
+      if need[#ctx.positions] then ctx:save_for_backward(index_tensor(index)) end
       return r
     end,
     backward = function(ctx, grad) -- self: grad; src: grad.gather(dim, index)
       local by_position = { grad }
-      if ctx.src_size then by_position[4] = scatter_add_src_grad(grad, ctx.dim, ctx.index, ctx.src_size) end
+      local index = ctx:saved()
+      if index then by_position[4] = scatter_add_src_grad(grad, ctx.dim, index, ctx.src_size) end
       return per_input(ctx, by_position)
     end,
   }
@@ -420,7 +430,7 @@ F.repeat_interleave = autograd.Function {
 -- indices of one line are distinct, so adding equals scattering)
 local function to_indices(ctx, grad)
   if #ctx.size == 0 then return grad:reshape(ctx.size) end
-  return raw_method.scatter_add_(core.zeros(ctx.size), ctx.dim, ctx.indices, grad)
+  return raw_method.scatter_add_(core.zeros(ctx.size), ctx.dim, ctx:saved(), grad)
 end
 
 F.topk = autograd.Function {
@@ -428,7 +438,8 @@ F.topk = autograd.Function {
   forward = function(ctx, x, k, dim, ...)
     local values, indices = core.topk(x, k, dim, ...)
     ctx:mark_non_differentiable(indices)
-    ctx.size, ctx.indices = x:size(), indices
+    ctx.size = x:size()
+    ctx:save_for_backward(indices) -- saved: an in-place change of the returned indices is caught
     ctx.dim = positive_dim(dim or -1, x:dim())
     return values, indices
   end,
@@ -440,7 +451,8 @@ F.sort = autograd.Function {
   forward = function(ctx, x, dim, ...)
     local values, indices = core.sort(x, dim, ...)
     ctx:mark_non_differentiable(indices)
-    ctx.size, ctx.indices = x:size(), indices
+    ctx.size = x:size()
+    ctx:save_for_backward(indices) -- saved: an in-place change of the returned indices is caught
     ctx.dim = positive_dim(dim or -1, x:dim())
     return values, indices
   end,
