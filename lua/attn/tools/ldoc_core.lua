@@ -149,32 +149,32 @@
 -- @param b tensor or number
 -- @function minimum
 
---- 1 where a == b, else 0 (a float tensor; broadcasting).
+--- 1 where a == b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function eq
 
---- 1 where a ~= b, else 0 (a float tensor; broadcasting).
+--- 1 where a ~= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function ne
 
---- 1 where a > b, else 0 (a float tensor; broadcasting).
+--- 1 where a > b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function gt
 
---- 1 where a < b, else 0 (a float tensor; broadcasting).
+--- 1 where a < b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function lt
 
---- 1 where a >= b, else 0 (a float tensor; broadcasting).
+--- 1 where a >= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function ge
 
---- 1 where a <= b, else 0 (a float tensor; broadcasting).
+--- 1 where a <= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function le
@@ -215,7 +215,7 @@
 -- @param t tensor
 -- @function reciprocal
 
---- 1 where t is nonzero (NaN included), else 0: a mask as a float tensor.
+--- 1 where t is nonzero (NaN included), else 0: a mask as a bool tensor (`t.dtype == "bool"`).
 -- @param t tensor
 -- @function bool
 
@@ -487,6 +487,25 @@
 --- cos(t) elementwise (radians).
 -- @param t tensor
 -- @function cos
+
+--- Logical and of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_and
+
+--- Logical or of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_or
+
+--- Logical exclusive or of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_xor
+
+--- 1 where t is 0, else 0: a bool tensor (PyTorch's `~mask`).
+-- @param t tensor
+-- @function logical_not
 
 --- t limited to [min, max] elementwise: min(max(t, min), max), NaN kept, as torch.clamp. Either
 -- bound may be nil (not both); a bound is a number or a tensor broadcast with t (the result
