@@ -319,27 +319,29 @@
 -- @param x tensor
 -- @function simple_attention
 
---- Writes t to a NumPy .npy file (float32, C order).
+--- Writes t to a NumPy .npy file (C order): '<f4', or '|b1' for a bool tensor.
 -- @param t tensor
 -- @param path a string
 -- @function save
 
 --- Reads a NumPy .npy file as a tensor: '<f4' as is; '<f8', '<f2', '<i8', '<i4', '<i2', '|i1',
--- '|u1' and '|b1' (bool: 0 and 1) converted to float32, integers exactly while |x| <= 2^24
--- (a larger one is an error naming the file, the element and the value).
+-- '|u1' converted to float32, integers exactly while |x| <= 2^24 (a larger one is an error
+-- naming the file, the element and the value); '|b1' gives a bool tensor (0 and 1).
 -- @param path a string
 -- @function load
 
 --- Writes tensors to a safetensors file (8-byte header length, JSON header, raw little-endian
--- F32 data), names in byte order, as the Python library does; module weights use `m:save(path)`.
+-- F32 data, BOOL for a bool tensor), names in byte order, as the Python library does; module
+-- weights use `m:save(path)`.
 -- @param path a string
 -- @param tensors a table name -> tensor
 -- @param[opt] metadata a table of string -> string, stored as `__metadata__`
 -- @function save_safetensors
 
 --- Reads a safetensors file: a table name -> tensor, and the `__metadata__` table. F32 is read
--- as is; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted to float32 (integers
+-- as is; F64, F16, BF16, I64, I32, I16, I8 and U8 are converted to float32 (integers
 -- exactly while |x| <= 2^24, else an error naming the tensor, the element and the value);
+-- BOOL gives a bool tensor (0 and 1);
 -- other dtypes, truncated or corrupt files are errors naming the file and what is wrong.
 -- @param path a string
 -- @return tensors, metadata
