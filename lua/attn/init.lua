@@ -88,7 +88,9 @@ end
 Tensor.allclose = attn.allclose
 
 --- `t` as float32: a bool tensor's 0 and 1 in a new float tensor, as
--- `t.float()` in PyTorch; a float tensor is returned itself.
+-- `t.float()` in PyTorch; a float tensor is returned itself. `t.dtype` says
+-- which a tensor is: "float32" or "bool" (comparisons, `t:bool()`, the
+-- logical ops and bool file data make bool tensors, PyTorch's torch.bool).
 function Tensor.float(...)
   local t = ...
   check_nargs("Tensor:float", 1, select("#", ...))

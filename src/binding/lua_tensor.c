@@ -609,10 +609,6 @@ static int mt_index(lua_State *L) {
       push_sizes(L, attnL_test(L, 1));
       return 1;
     }
-    if (strcmp(key, "dtype") == 0) {
-      lua_pushstring(L, attnL_test(L, 1)->is_bool ? "bool" : "float32");
-      return 1;
-    }
     if (strcmp(key, "_version") == 0) {
       attnL_push_version(L, 1);
       lua_pop(L, 1);
@@ -620,7 +616,12 @@ static int mt_index(lua_State *L) {
     }
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
-    if (!lua_isnil(L, -1) || lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) return 1;
+    if (!lua_isnil(L, -1)) return 1;
+    if (strcmp(key, "dtype") == 0) { /* after the methods: their lookups pay nothing for it */
+      lua_pushstring(L, attnL_test(L, 1)->is_bool ? "bool" : "float32");
+      return 1;
+    }
+    if (lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) return 1;
   } else if (lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) {
     return raw_index(L);
   }
