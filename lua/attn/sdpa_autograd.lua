@@ -98,7 +98,7 @@ function M.scaled_dot_product_attention(...)
   local q, k, v, opts = ...
   -- anything the recorded path would not take as given: the C function words the error
   if n > 4 or (opts ~= nil and (type(opts) ~= "table" or is_tensor(opts))) then return raw_sdpa(...) end
-  if opts and rawget(opts, "attn_mask") ~= nil then opts = translate_attn_mask(opts) end
+  if opts and opts.attn_mask ~= nil then opts = translate_attn_mask(opts) end
   local bias = opts and opts.bias
   return inner(q, k, v, is_tensor(bias) and bias or false, opts)
 end

@@ -617,7 +617,8 @@ static int mt_index(lua_State *L) {
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
     if (!lua_isnil(L, -1)) return 1;
-    if (strcmp(key, "dtype") == 0) { /* after the methods: their lookups pay nothing for it */
+    /* after the methods, and the first byte first: method and autograd field lookups pay next to nothing */
+    if (key[0] == 'd' && strcmp(key, "dtype") == 0) {
       lua_pushstring(L, attnL_test(L, 1)->is_bool ? "bool" : "float32");
       return 1;
     }
