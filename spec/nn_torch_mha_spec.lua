@@ -92,7 +92,9 @@ describe("attn.nn.MultiheadAttention against PyTorch 1.13", function()
     local res = m:load("spec/fixtures/safetensors/torch_mha_state.safetensors")
     assert.are.same({ missing_keys = {}, unexpected_keys = {} }, res)
     m:eval()
-    local out, w = m(C.T(S.q), C.T(S.k), C.T(S.v), { key_padding_mask = C.T(S.key_padding_mask.t) })
+    assert.are.equal("bool", S.key_padding_mask.kind)
+    local kpm = C.T(S.key_padding_mask.t):bool() -- a bool tensor: true = not allowed, as torch's
+    local out, w = m(C.T(S.q), C.T(S.k), C.T(S.v), { key_padding_mask = kpm })
     C.close(out, S.out, RTOL, ATOL, "output")
     C.close(w, S.weights, RTOL, ATOL, "weights")
     -- and through load_state_dict of a plain table
@@ -100,7 +102,7 @@ describe("attn.nn.MultiheadAttention against PyTorch 1.13", function()
     attn.manual_seed(1)
     local m2 = nn.MultiheadAttention(8, 2, { add_bias_kv = true, kdim = 6, vdim = 4, batch_first = true }):eval()
     m2:load_state_dict(d)
-    C.same_bits(m2(C.T(S.q), C.T(S.k), C.T(S.v), { key_padding_mask = C.T(S.key_padding_mask.t) }), out)
+    C.same_bits(m2(C.T(S.q), C.T(S.k), C.T(S.v), { key_padding_mask = kpm }), out)
   end)
 end)
 
@@ -139,7 +141,7 @@ describe("attn.nn.MultiheadAttention: attn's choices", function()
     local m = nn.MultiheadAttention(E, H, { batch_first = true }):eval()
     attn.no_grad(function() m.out_proj.bias:copy_(attn.arange(1, E + 1)) end)
     local x = attn.rand(2, 4, E)
-    local mask = attn.zeros(4, 4)
+    local mask = attn.zeros(4, 4):bool()
     mask[2]:fill_(1)
     local out, w = m(x, x, x, { attn_mask = mask, average_attn_weights = false })
     for b = 1, 2 do
@@ -168,10 +170,10 @@ describe("attn.nn.MultiheadAttention: attn's choices", function()
     attn.manual_seed(6)
     local m = nn.MultiheadAttention(E, H, { batch_first = true }):eval()
     local x = attn.rand(2, 5, E)
-    local hide = attn.triu(attn.ones(5, 5), 1)
+    local hide = attn.triu(attn.ones(5, 5), 1):bool()
     local fmask = attn.zeros(5, 5):masked_fill(hide, -math.huge)
     local a = m(x, x, x, { attn_mask = hide })
-    local b = m(x, x, x, { attn_mask = fmask, attn_mask_type = "float" })
+    local b = m(x, x, x, { attn_mask = fmask })
     local c = m(x, x, x, { is_causal = true })
     assert.is_true(attn.allclose(a, b, 1e-6, 1e-7))
     assert.is_true(attn.allclose(a, c, 1e-6, 1e-7))
@@ -267,11 +269,15 @@ describe("attn.nn.MultiheadAttention: bad input", function()
     C.fails(function() m(x, x, x, 5) end, FWD, "bad argument #4 'opts'")
     local fm = attn.zeros(5, 5)
     fm[{ 2, 3 }] = -math.huge
-    C.fails(function() m(x, x, x, { attn_mask = fm }) end, FWD,
+    C.fails(function() m(x, x, x, { attn_mask = fm, attn_mask_type = "bool" }) end, FWD,
       "bad option 'attn_mask' (a bool mask holds 0 and 1, 1 = not allowed; got -inf at [2, 3]",
-      "attn_mask_type = \"float\"")
+      "attn_mask_type out")
     local km = attn.zeros(2, 5)
     km[{ 2, 4 }] = 0 / 0
-    C.fails(function() m(x, x, x, { key_padding_mask = km }) end, FWD, "got nan at [2, 4]", "key_padding_mask_type")
+    C.fails(function() m(x, x, x, { key_padding_mask = km, key_padding_mask_type = "bool" }) end, FWD,
+      "got nan at [2, 4]", "key_padding_mask_type")
+    -- a bool tensor is a bool mask: the float type contradicts it
+    C.fails(function() m(x, x, x, { attn_mask = attn.zeros(5, 5):bool(), attn_mask_type = "float" }) end, FWD,
+      "bad option 'attn_mask_type' (\"float\" is for a float tensor, and attn_mask is a bool tensor")
   end)
 end)

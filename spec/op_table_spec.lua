@@ -52,7 +52,8 @@ describe("attn.ops_table()", function()
 
   it("marks comparisons, bool and the index reductions as not differentiable, the maths as differentiable", function()
     local t = by_name()
-    for _, n in ipairs { "eq", "ne", "gt", "lt", "ge", "le", "bool", "argmax", "argmin" } do
+    for _, n in ipairs { "eq", "ne", "gt", "lt", "ge", "le", "bool", "logical_and", "logical_or", "logical_xor",
+                         "logical_not", "argmax", "argmin" } do
       assert.is_false(t[n].differentiable, n)
     end
     for _, n in ipairs { "add", "sub", "mul", "div", "pow", "exp", "log", "tanh", "sigmoid", "sum", "mean", "max" } do
@@ -155,6 +156,10 @@ local REF = {
   tanh = function(x) return 1 - 2 / (exp(2 * x) + 1) end,
   abs = function(x) return math.abs(x) end,
   bool = function(x) return x ~= 0 and 1 or 0 end,
+  logical_not = function(x) return x == 0 and 1 or 0 end,
+  logical_and = function(x, y) return (x ~= 0 and y ~= 0) and 1 or 0 end,
+  logical_or = function(x, y) return (x ~= 0 or y ~= 0) and 1 or 0 end,
+  logical_xor = function(x, y) return ((x ~= 0) ~= (y ~= 0)) and 1 or 0 end,
   sigmoid = function(x) return 1 / (1 + exp(-x)) end,
   relu = function(x) if x ~= x then return x end return x > 0 and x or 0 end,
   reciprocal = function(x) return 1 / x end,

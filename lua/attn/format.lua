@@ -1,6 +1,6 @@
 --- Printing tensors: a port of PyTorch 1.13's torch/_tensor_str.py.
 -- `tostring(t)` / `print(t)` give exactly PyTorch's `str(t)` for a float32
--- tensor (default print options, no grad_fn suffix); `attn.format(t[, opts])`
+-- or bool tensor (default print options, no grad_fn suffix); `attn.format(t[, opts])`
 -- gives the same text with PyTorch's `set_printoptions` fields as options.
 -- @module attn.format
 local core = require "attn.core"
@@ -85,10 +85,22 @@ local function new_formatter(vals, n, opts)
   return f
 end
 
+-- _Formatter.__init__ of a bool tensor: the width of the longest of str(True)
+-- and str(False) among the values.
+local function new_bool_formatter(vals, n)
+  local f = { is_bool = true, max_width = 4 }
+  for i = 1, n do
+    if vals[i] == 0 then f.max_width = 5; break end
+  end
+  return f
+end
+
 -- _Formatter.format: one value, right-aligned to the common width.
 local function format_value(f, v)
   local s
-  if f.sci_mode then
+  if f.is_bool then
+    s = v ~= 0 and "True" or "False"
+  elseif f.sci_mode then
     s = fmt_number(f.efmt, v)
   elseif f.int_mode then
     s = fmt_number("%.0f", v)
@@ -259,9 +271,10 @@ local function body(t, opts, indent)
   local sizes = t:size()
   local ndim = #sizes
   local numel = t:numel()
+  local is_bool = t.dtype == "bool"
   if ndim == 0 then
     local v = t:item()
-    local f = new_formatter({ v }, 1, opts)
+    local f = is_bool and new_bool_formatter({ v }, 1) or new_formatter({ v }, 1, opts)
     return format_value(f, v)
   end
   local summarize = numel > opts.threshold
@@ -273,7 +286,7 @@ local function body(t, opts, indent)
   if data:numel() == 0 then vals = {} else vals = data:contiguous():view(-1):totable() end
   local st = {
     sizes = dsizes, ndim = ndim, elided = elided, opts = opts,
-    f = new_formatter(vals, #vals, opts), vals = vals, pos = 0,
+    f = is_bool and new_bool_formatter(vals, #vals) or new_formatter(vals, #vals, opts), vals = vals, pos = 0,
   }
   return tensor_str(st, 1, indent)
 end
@@ -296,6 +309,8 @@ function M.format(t, opts)
     s = prefix .. "[]"
     local sizes = t:size()
     if #sizes ~= 1 then suffixes[1] = "size=" .. tuple_str(sizes) end
+    -- an empty tensor names its dtype unless it is the default one
+    if t.dtype == "bool" then suffixes[#suffixes + 1] = "dtype=torch.bool" end
   else
     s = prefix .. body(t, o, indent)
   end

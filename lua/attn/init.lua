@@ -87,9 +87,15 @@ function attn.allclose(...)
 end
 Tensor.allclose = attn.allclose
 
---- The same tensor (every tensor is float32); for code ported from PyTorch.
-function Tensor.float(t)
+--- `t` as float32: a bool tensor's 0 and 1 in a new float tensor, as
+-- `t.float()` in PyTorch; a float tensor is returned itself. `t.dtype` says
+-- which a tensor is: "float32" or "bool" (comparisons, `t:bool()`, the
+-- logical ops and bool file data make bool tensors, PyTorch's torch.bool).
+function Tensor.float(...)
+  local t = ...
+  check_nargs("Tensor:float", 1, select("#", ...))
   check_tensor(t, "Tensor:float", 1, "self")
+  if t.dtype == "bool" then return core.mul(t, 1) end -- a number operand makes the product float
   return t
 end
 -- Run t:method(other:size()), its error re-raised under `fname` (what the user called).

@@ -56,16 +56,51 @@ local inner = autograd.Function{
 
 local all_dropped -- below: it calls the recorded function
 
+-- opts with PyTorch's attn_mask put into attn's own options: a bool attn_mask
+-- (true = may attend) becomes the mask of what is hidden, its logical_not; a
+-- float one is added to the scores, so it becomes the bias, or is added to a
+-- given bias (a recorded add: both get their gradients). PyTorch has this one
+-- mask: attn's `mask` (nonzero = hidden) with it would be two masks of opposite
+-- meanings, so that is an error, and so is is_causal, as in PyTorch 1.13's
+-- _scaled_dot_product_attention.
+local function translate_attn_mask(opts)
+  local m = opts.attn_mask
+  if not is_tensor(m) then
+    error(("%s: bad option 'attn_mask' (expected attn.Tensor, got %s)"):format(SDPA, type(m)), 3)
+  end
+  if opts.mask ~= nil then
+    error(SDPA .. ": options 'attn_mask' and 'mask' cannot be given together (attn_mask is PyTorch's: a bool one is "
+      .. "true where the query may attend; mask is attn's: nonzero = hidden); give one of them", 3)
+  end
+  if opts.is_causal then
+    error(SDPA .. ": option 'attn_mask' must not be given with is_causal = true, as in PyTorch 1.13 (put the causal "
+      .. "mask into attn_mask)", 3)
+  end
+  local o = {}
+  for key, value in pairs(opts) do o[key] = value end
+  o.attn_mask = nil
+  if m.dtype == "bool" then
+    o.mask = core.logical_not(m)
+  elseif is_tensor(o.bias) then
+    o.bias = o.bias + m
+  else
+    o.bias = m
+  end
+  return o
+end
+
 --- `attn.scaled_dot_product_attention` that records: gradients for q, k, v
 -- and the bias (an option), both kernels, every option of the backward
 -- (mask, bias, is_causal, scale, dropout_p with the forward's mask, the
 -- weights output's own gradient, and the variants enable_gqa, window,
 -- alibi_slopes, softcap and block_mask; the slopes get no gradient).
+-- The option `attn_mask` is PyTorch's (translate_attn_mask above).
 function M.scaled_dot_product_attention(...)
   local n = select("#", ...)
   local q, k, v, opts = ...
   -- anything the recorded path would not take as given: the C function words the error
   if n > 4 or (opts ~= nil and (type(opts) ~= "table" or is_tensor(opts))) then return raw_sdpa(...) end
+  if opts and opts.attn_mask ~= nil then opts = translate_attn_mask(opts) end
   local p = opts and opts.dropout_p
   if type(p) == "number" and not (p >= 0 and p < 1) then
     -- the C kernels take [0, 1); 1 is taken here

@@ -2,7 +2,7 @@
 #include "attn_lua.h"
 #include "npy.h"
 
-/* attn.save(t, path): t as a float32 C-order .npy file; returns nothing. */
+/* attn.save(t, path): t as a C-order .npy file, float32 ('<f4') or bool ('|b1'); returns nothing. */
 static int l_save(lua_State *L) {
   const char *fn = "attn.save";
   attn_tensor *t = attnL_check(L, 1, fn, "t");
@@ -24,6 +24,7 @@ static int l_load(lua_State *L) {
   attn_npy_info info;
   if (attn_npy_read_header(path, *fd, file_size, &info) != ATTN_OK) return attnL_core_error(L, fn);
   attn_tensor *t = attnL_push_uninit(L, info.ndim, info.size, fn);
+  t->is_bool = info.dtype == ATTN_ELEM_BOOL; /* '|b1' loads as a bool tensor, as numpy's bool in PyTorch */
   attn_status st = attn_npy_read_data(path, *fd, &info, t->data);
   attnL_close_fd(L, 2);
   if (st != ATTN_OK) return attnL_core_error(L, fn);

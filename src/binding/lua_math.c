@@ -18,7 +18,28 @@ static attn_tensor operand(lua_State *L, int arg, float *scalar, const char *fn,
   return *t; /* not reached */
 }
 
-static int binary(lua_State *L, attn_binop op, const char *fn) {
+/* Arithmetic on two bool tensors, as PyTorch's type promotion: + is logical or
+ * (max of 0/1), *, maximum and minimum keep 0/1, and all four give a bool;
+ * - is refused as PyTorch refuses it; the rest give float. Returns the op to
+ * run; *is_bool tells the result's kind. */
+static attn_binop bool_arithmetic(lua_State *L, attn_binop op, int *is_bool, const char *fn) {
+  *is_bool = 1;
+  switch (op) {
+    case ATTN_ADD: return ATTN_MAXIMUM;
+    case ATTN_MUL:
+    case ATTN_MAXIMUM:
+    case ATTN_MINIMUM: return op;
+    case ATTN_SUB:
+      attnL_error(L, fn, "subtraction of two bool tensors is not supported, as in PyTorch (use logical_xor, "
+                  "or logical_not to invert a mask)");
+      break;
+    default: break;
+  }
+  *is_bool = 0;
+  return op;
+}
+
+static int binary(lua_State *L, attn_binop op, int compare, const char *fn) {
   attnL_check_nargs(L, 2, fn);
   float sa, sb;
   /* Lua calls the arithmetic metamethods with a tensor on one side; a direct
@@ -26,11 +47,14 @@ static int binary(lua_State *L, attn_binop op, const char *fn) {
   if (!attnL_test(L, 1) && !attnL_test(L, 2) && lua_type(L, 1) == LUA_TNUMBER && lua_type(L, 2) == LUA_TNUMBER)
     attnL_error(L, fn, "expected at least one attn.Tensor operand, got number and number");
   attn_tensor a = operand(L, 1, &sa, fn, "self"), b = operand(L, 2, &sb, fn, "other");
+  int is_bool = compare;
+  if (!compare && a.is_bool && b.is_bool) op = bool_arithmetic(L, op, &is_bool, fn);
   int ndim;
   int64_t size[ATTN_MAX_DIMS];
   if (attn_broadcast_shape(a.ndim, a.size, b.ndim, b.size, &ndim, size) != ATTN_OK) attnL_core_error(L, fn);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
   if (attn_binary(op, &a, &b, out) != ATTN_OK) attnL_core_error(L, fn);
+  out->is_bool = is_bool;
   return 1;
 }
 
@@ -46,6 +70,13 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
     attnL_error(L, fn, "other of shape %s does not broadcast to self's shape %s", attnL_shape(&b, b1, sizeof b1),
                 attnL_shape(self, b2, sizeof b2));
   }
+  if (self->is_bool) { /* the result must stay 0/1: PyTorch refuses a float result into a bool self */
+    int is_bool = 0;
+    if (b.is_bool) op = bool_arithmetic(L, op, &is_bool, fn);
+    if (!is_bool)
+      attnL_error(L, fn, "the result is float, which cannot be written into a bool self, as in PyTorch "
+                  "(convert self with :float() first)");
+  }
   attnL_check_writable(L, self, fn);
   if (attn_binary(op, self, &b, self) != ATTN_OK) attnL_core_error(L, fn);
   attnL_bump_version(L, 1, fn);
@@ -56,17 +87,23 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
 static int unary(lua_State *L, attn_unop op, const char *fn) {
   attnL_check_nargs(L, 1, fn);
   attn_tensor *a = attnL_check(L, 1, fn, "self");
+  if (op == ATTN_NEG && a->is_bool)
+    attnL_error(L, fn, "negation of a bool tensor is not supported, as in PyTorch (use logical_not to invert a mask)");
   attn_tensor *out = attnL_push_uninit(L, a->ndim, a->size, fn);
   attn_unary(op, a, out);
+  out->is_bool = op == ATTN_NONZERO || op == ATTN_LOGICAL_NOT;
   return 1;
 }
+
+/* A value written into a bool tensor becomes 0 or 1 (nonzero, NaN included, is true), as in PyTorch. */
+static float bool_value(const attn_tensor *t, float v) { return t->is_bool ? (v != 0.0f ? 1.0f : 0.0f) : v; }
 
 /* fill_ and zero_ write one value into every element, so an expanded self
  * (elements sharing memory) is fine, as in PyTorch: no writability check. */
 static int m_fill_(lua_State *L) {
   attnL_check_nargs(L, 2, "Tensor:fill_");
   attn_tensor *t = attnL_check(L, 1, "Tensor:fill_", "self");
-  attn_fill(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value"));
+  attn_fill(t, bool_value(t, (float)attnL_checknumber(L, 2, "Tensor:fill_", "value")));
   attnL_bump_version(L, 1, "Tensor:fill_");
   lua_settop(L, 1);
   return 1;
@@ -102,7 +139,7 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
   attnL_check_nargs(L, 3, fn);
   attn_tensor *t = attnL_check(L, 1, fn, "self");
   attn_tensor *mask = attnL_check(L, 2, fn, "mask");
-  float v = (float)attnL_checknumber(L, 3, fn, "value");
+  float v = bool_value(t, (float)attnL_checknumber(L, 3, fn, "value"));
   attn_tensor e;
   char b1[200], b2[200];
   attn_tensor *out = t;
@@ -114,6 +151,7 @@ static int masked_fill(lua_State *L, int inplace, const char *fn) {
                   attnL_shape(t, b2, sizeof b2));
     out = attnL_push_uninit(L, ndim, size, fn);
     attn_unary(ATTN_COPY, t, out);
+    out->is_bool = t->is_bool;
   } else {
     if (attn_expand(mask, t->ndim, t->size, &e) != ATTN_OK)
       attnL_error(L, fn, "mask of shape %s does not broadcast to the shape %s", attnL_shape(mask, b1, sizeof b1),
@@ -135,8 +173,10 @@ static int triangle(lua_State *L, int upper, int inplace, const char *fn) {
   int64_t k = lua_isnoneornil(L, 2) ? 0 : attnL_checkinteger(L, 2, fn, "diagonal");
   if (t->ndim < 2) attnL_error(L, fn, "expected a tensor with at least 2 dims, got %d", t->ndim);
   attn_tensor *out = t;
-  if (!inplace) out = attnL_push_uninit(L, t->ndim, t->size, fn);
-  else {
+  if (!inplace) {
+    out = attnL_push_uninit(L, t->ndim, t->size, fn);
+    out->is_bool = t->is_bool;
+  } else {
     attnL_check_writable(L, t, fn); /* zeroes some elements and keeps others: order-dependent when shared */
     lua_settop(L, 1);
   }
@@ -277,7 +317,7 @@ static int op_call(lua_State *L) {
   switch (e->kind) {
     case ATTN_KIND_UNARY: return unary(L, (attn_unop)e->op, fn);
     case ATTN_KIND_BINARY:
-    case ATTN_KIND_COMPARE: return binary(L, (attn_binop)e->op, fn);
+    case ATTN_KIND_COMPARE: return binary(L, (attn_binop)e->op, e->kind == ATTN_KIND_COMPARE, fn);
     case ATTN_KIND_REDUCE: /* with a dim, max and min also return the indices */
       return reduce(L, (attn_reduceop)e->op, e->index_name && !lua_isnoneornil(L, 2), fn);
   }

@@ -204,6 +204,7 @@ static int m_where(lua_State *L) {
     attnL_core_error(L, fn);
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
   if (attn_where(cond, &a, &b, out) != ATTN_OK) attnL_core_error(L, fn);
+  out->is_bool = a.is_bool && b.is_bool; /* a number or a float tensor makes it float, as PyTorch's promotion */
   return 1;
 }
 
@@ -254,6 +255,7 @@ static int m_index_select(lua_State *L) {
   size[d] = index->ndim ? index->size[0] : 1;
   attn_tensor *out = attnL_push_uninit(L, a->ndim, size, fn);
   if (attn_index_select(a, d, index, 1, out) != ATTN_OK) attnL_core_error(L, fn);
+  out->is_bool = a->is_bool; /* a copy of some of a's elements keeps its kind */
   return 1;
 }
 
@@ -267,6 +269,7 @@ static int m_gather(lua_State *L) {
   attn_tensor *out = attnL_push_uninit(L, index->ndim, index->size, fn);
   if (index->ndim == a->ndim) check_index_values(L, index, a->size[d], d, 3, fn, "index");
   if (attn_gather(a, d, index, 1, out) != ATTN_OK) attnL_core_error(L, fn);
+  out->is_bool = a->is_bool; /* a copy of some of a's elements keeps its kind */
   return 1;
 }
 

@@ -129,7 +129,9 @@ static int l_load_safetensors(lua_State *L) {
   for (int64_t i = 0; i < h.n_entries; i++) {
     attn_st_entry *e = &h.entries[i];
     lua_pushlstring(L, e->name, e->name_len);
-    e->out = attnL_push_uninit(L, e->ndim, e->size, fn)->data;
+    attn_tensor *t = attnL_push_uninit(L, e->ndim, e->size, fn);
+    t->is_bool = e->dtype == ATTN_ELEM_BOOL; /* BOOL loads as a bool tensor, as in PyTorch */
+    e->out = t->data;
     lua_rawset(L, result);
   }
   attn_status st = attn_st_read_data(path, *fd, hlen, h.entries, h.n_entries);

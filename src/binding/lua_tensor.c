@@ -93,12 +93,15 @@ static void nested_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *s
   }
 }
 
+/* *numbers counts the number elements: without any, booleans make a bool tensor */
 static float *nested_fill(lua_State *L, int idx, int depth, int ndim, const int64_t *size, float *out, char *path,
-                          size_t pathlen) {
+                          size_t pathlen, int64_t *numbers) {
   int t = lua_type(L, idx);
   if (depth == ndim) {
-    if (t == LUA_TNUMBER) *out = (float)lua_tonumber(L, idx);
-    else if (t == LUA_TBOOLEAN) *out = lua_toboolean(L, idx) ? 1.0f : 0.0f;
+    if (t == LUA_TNUMBER) {
+      *out = (float)lua_tonumber(L, idx);
+      (*numbers)++;
+    } else if (t == LUA_TBOOLEAN) *out = lua_toboolean(L, idx) ? 1.0f : 0.0f;
     else
       attnL_error(L, "attn.tensor", "element %s is a %s, expected a number", depth ? path : "[]",
                   t == LUA_TTABLE ? "table (the nesting is ragged)" : luaL_typename(L, idx));
@@ -115,7 +118,7 @@ static float *nested_fill(lua_State *L, int idx, int depth, int ndim, const int6
   for (lua_Integer i = 1; i <= len; i++) {
     snprintf(path + used, pathlen - used, "[%lld]", (long long)i);
     lua_rawgeti(L, idx, i);
-    out = nested_fill(L, lua_gettop(L), depth + 1, ndim, size, out, path, pathlen);
+    out = nested_fill(L, lua_gettop(L), depth + 1, ndim, size, out, path, pathlen, numbers);
     lua_pop(L, 1);
   }
   path[used] = '\0';
@@ -130,6 +133,7 @@ static int t_tensor(lua_State *L) {
   if (src) {
     attn_tensor *dst = attnL_push_uninit(L, src->ndim, src->size, "attn.tensor");
     attn_unary(ATTN_COPY, src, dst);
+    dst->is_bool = src->is_bool;
     return 1;
   }
   int t = lua_type(L, 1);
@@ -140,7 +144,9 @@ static int t_tensor(lua_State *L) {
   nested_shape(L, 1, 0, &ndim, size);
   attn_tensor *dst = attnL_push_uninit(L, ndim, size, "attn.tensor");
   char path[8 * 24] = "";
-  nested_fill(L, 1, 0, ndim, size, dst->data, path, sizeof path);
+  int64_t numbers = 0;
+  nested_fill(L, 1, 0, ndim, size, dst->data, path, sizeof path, &numbers);
+  dst->is_bool = numbers == 0 && attn_numel(dst) > 0; /* as torch.tensor([True, False]); a number makes it float */
   return 1;
 }
 
@@ -215,8 +221,11 @@ static int join(lua_State *L, int stack, const char *fn) {
     total += views[i].size[d];
   }
   size[d] = total;
+  int all_bool = 1; /* bool parts join into a bool, any float part makes it float (PyTorch's promotion) */
+  for (int i = 0; i < m; i++) all_bool &= views[i].is_bool;
   attn_tensor *out = attnL_push_uninit(L, ndim, size, fn);
   if (attn_cat(parts, m, d, out) != ATTN_OK) attnL_core_error(L, fn);
+  out->is_bool = all_bool;
   return 1;
 }
 
@@ -420,6 +429,7 @@ static int m_reshape(lua_State *L) {
   }
   attn_tensor *dst = attnL_push_uninit(L, t->ndim, t->size, fn);
   attn_unary(ATTN_COPY, t, dst);
+  dst->is_bool = t->is_bool;
   dst->ndim = v.ndim;
   memcpy(dst->size, v.size, sizeof v.size);
   attn_contiguous_strides(v.ndim, v.size, dst->stride);
@@ -538,7 +548,9 @@ static int m_contiguous(lua_State *L) {
 static int m_clone(lua_State *L) {
   attnL_check_nargs(L, 1, "Tensor:clone");
   attn_tensor *t = CHECK(1, "Tensor:clone");
-  attn_unary(ATTN_COPY, t, attnL_push_uninit(L, t->ndim, t->size, "Tensor:clone"));
+  attn_tensor *dst = attnL_push_uninit(L, t->ndim, t->size, "Tensor:clone");
+  attn_unary(ATTN_COPY, t, dst);
+  dst->is_bool = t->is_bool;
   return 1;
 }
 
@@ -604,7 +616,13 @@ static int mt_index(lua_State *L) {
     }
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
-    if (!lua_isnil(L, -1) || lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) return 1;
+    if (!lua_isnil(L, -1)) return 1;
+    /* after the methods, and the first byte first: method and autograd field lookups pay next to nothing */
+    if (key[0] == 'd' && strcmp(key, "dtype") == 0) {
+      lua_pushstring(L, attnL_test(L, 1)->is_bool ? "bool" : "float32");
+      return 1;
+    }
+    if (lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) return 1;
   } else if (lua_type(L, lua_upvalueindex(2)) != LUA_TFUNCTION) {
     return raw_index(L);
   }
@@ -626,7 +644,8 @@ static int raw_newindex(lua_State *L) {
                 luaL_typename(L, 2));
   attn_tensor v = index_view(L, t, 2, fn);
   if (lua_type(L, 3) == LUA_TNUMBER) {
-    attn_fill(&v, (float)lua_tonumber(L, 3));
+    float x = (float)lua_tonumber(L, 3);
+    attn_fill(&v, v.is_bool ? (float)(x != 0.0f) : x); /* into a bool: nonzero is true, as in PyTorch */
     attnL_bump_version(L, 1, fn);
     return 0;
   }

@@ -123,16 +123,21 @@ void attnL_check_writable(lua_State *L, const attn_tensor *t, const char *fname)
 void attnL_copy_into(lua_State *L, attn_tensor *dst, const attn_tensor *src, const char *fname) {
   attnL_check_writable(L, dst, fname);
   attn_overlap overlap;
+  /* into a bool tensor, nonzero values become 1, as PyTorch's copy_ to bool */
+  attn_unop op = dst->is_bool && !src->is_bool ? ATTN_NONZERO : ATTN_COPY;
   if (attn_overlap_status(dst, src, &overlap) != ATTN_OK) attnL_core_error(L, fname);
-  if (overlap == ATTN_OVERLAP_FULL) return; /* every element onto itself */
+  if (overlap == ATTN_OVERLAP_FULL) { /* every element onto itself */
+    if (op != ATTN_COPY) attn_unary(op, dst, dst);
+    return;
+  }
   if (overlap == ATTN_OVERLAP_PARTIAL) {
     attn_tensor *tmp = attnL_push_uninit(L, src->ndim, src->size, fname);
     attn_unary(ATTN_COPY, src, tmp);
-    attn_unary(ATTN_COPY, tmp, dst);
+    attn_unary(op, tmp, dst);
     lua_pop(L, 1);
     return;
   }
-  if (attn_unary(ATTN_COPY, src, dst) != ATTN_OK) attnL_core_error(L, fname);
+  if (attn_unary(op, src, dst) != ATTN_OK) attnL_core_error(L, fname);
 }
 
 const char *attnL_checkpath(lua_State *L, int arg, const char *fname, const char *what) {
@@ -284,6 +289,7 @@ attn_tensor *attnL_push_contiguous(lua_State *L, int arg, const char *fname) {
   }
   attn_tensor *dst = attnL_push_uninit(L, src->ndim, src->size, fname);
   attn_unary(ATTN_COPY, src, dst);
+  dst->is_bool = src->is_bool;
   return dst;
 }
 

@@ -168,6 +168,29 @@ int attn_out_finish(attn_out_file *of, int ok) {
 
 #define WRITE_CHUNK 4096 /* floats converted per fwrite when t is strided or the host big-endian */
 
+int attn_write_bool(FILE *f, const attn_tensor *t) {
+  int64_t numel = attn_numel(t);
+  unsigned char raw[WRITE_CHUNK];
+  int64_t idx[ATTN_MAX_DIMS] = {0};
+  size_t k = 0;
+  for (int64_t e = 0; e < numel; e++) {
+    raw[k] = *attn_at(t, idx) != 0.0f;
+    if (++k == WRITE_CHUNK || e + 1 == numel) {
+      if (fwrite(raw, 1, k, f) != k) return 0;
+      k = 0;
+    }
+    for (int d = t->ndim - 1; d >= 0; d--) {
+      if (++idx[d] < t->size[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return 1;
+}
+
+int attn_write_elements(FILE *f, const attn_tensor *t) {
+  return t->is_bool ? attn_write_bool(f, t) : attn_write_f32le(f, t);
+}
+
 int attn_write_f32le(FILE *f, const attn_tensor *t) {
   int64_t numel = attn_numel(t);
   if (numel == 0) return 1;

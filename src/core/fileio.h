@@ -62,5 +62,10 @@ int attn_out_finish(attn_out_file *of, int ok);
 /* Write t's floats to f as little-endian float32 in C order (any strides);
  * 1 when every byte was written. */
 int attn_write_f32le(FILE *f, const attn_tensor *t);
+/* Write a bool tensor's elements to f as bytes 0 and 1 (nonzero is 1) in C
+ * order (any strides); 1 when every byte was written. */
+int attn_write_bool(FILE *f, const attn_tensor *t);
+/* What attn_write_f32le or attn_write_bool writes for t: its dtype's bytes. */
+int attn_write_elements(FILE *f, const attn_tensor *t);
 
 #endif

@@ -289,7 +289,8 @@ attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *in
 
 attn_status attn_npy_write(const char *path, const attn_tensor *t) {
   char header[512];
-  int n = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                   t->is_bool ? "|b1" : "<f4");
   /* as NumPy writes it: "()", "(3,)", "(2, 3)" */
   for (int d = 0; d < t->ndim; d++)
     n += snprintf(header + n, sizeof header - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->size[d]);
@@ -307,7 +308,7 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t) {
   FILE *f = of.f;
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff),
                            (unsigned char)(n >> 8)};
-  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n && attn_write_f32le(f, t);
+  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n && attn_write_elements(f, t);
   if (!attn_out_finish(&of, ok)) return file_error(path, "write");
   return ATTN_OK;
 }

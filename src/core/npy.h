@@ -42,7 +42,8 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
 /* Read info->numel elements of the file open as fd, described by info, into out (float32); ATTN_EARG for
  * an integer that float32 cannot hold exactly. */
 attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out);
-/* Write t (any strides) to path as a version 1.0 '<f4' C-order .npy file. */
+/* Write t (any strides) to path as a version 1.0 C-order .npy file: '<f4',
+ * or '|b1' for a bool tensor. */
 attn_status attn_npy_write(const char *path, const attn_tensor *t);
 
 #endif

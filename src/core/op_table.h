@@ -16,7 +16,8 @@
  * forward  the float result of the scalar inputs x (and y), expanded inline into
  *          the kernels' loops (so no call per element); helpers such as pow_f
  *          are defined in elementwise.c before the expansion
- * predicate (comparisons) of x and y: the result is 1 where true, else 0
+ * predicate (comparisons and logical ops) of x and y: the result is 1 where true, else 0,
+ *          a bool tensor (nonzero operands are true, NaN included)
  * operator the Lua metamethod that also calls the op ("__add", "__unm"), or NULL
  * family   (reductions) TOTAL: double sum; AVERAGE: double sum / count;
  *          EXTREME: the first element for which `better` (of v, best) holds
@@ -65,6 +66,9 @@
   BINARY(MINIMUM, "minimum", min_f(x, y), NULL, ATTN_OPF_DIFF,                                                         \
          "self: grad where self < other, grad / 2 where self == other, else 0; "                                       \
          "other: grad where other < self, grad / 2 where self == other, else 0")                                       \
+  COMPARE(LOGICAL_AND, "logical_and", x != 0.0f && y != 0.0f, 0, NULL)                                                 \
+  COMPARE(LOGICAL_OR, "logical_or", x != 0.0f || y != 0.0f, 0, NULL)                                                   \
+  COMPARE(LOGICAL_XOR, "logical_xor", (x != 0.0f) != (y != 0.0f), 0, NULL)                                             \
   UNARY(COPY, "copy", x, NULL, ATTN_OPF_DIFF | ATTN_OPF_INTERNAL, "self: grad")                                        \
   UNARY(NEG, "neg", -x, "__unm", ATTN_OPF_DIFF, "self: -grad")                                                         \
   UNARY(EXP, "exp", expf(x), NULL, ATTN_OPF_DIFF, "self: grad * result")                                               \
@@ -80,6 +84,7 @@
   UNARY(SIN, "sin", sinf(x), NULL, ATTN_OPF_DIFF, "self: grad * cos(self)")                                           \
   UNARY(FLOOR, "floor", floorf(x), NULL, ATTN_OPF_DIFF, "self: zeros_like(grad) (floor is flat between the integers)")  \
   UNARY(COS, "cos", cosf(x), NULL, ATTN_OPF_DIFF, "self: -grad * sin(self)")                                          \
+  UNARY(LOGICAL_NOT, "logical_not", x == 0.0f ? 1.0f : 0.0f, NULL, 0, NULL)                                          \
   REDUCE(SUM, "sum", TOTAL, 0, NULL, ATTN_OPF_DIFF,                                                                    \
          "self: grad expanded to self's shape (with dim and not keepdim: unsqueezed at dim first)")                    \
   REDUCE(MEAN, "mean", AVERAGE, 0, NULL, ATTN_OPF_DIFF,                                                                \

@@ -584,12 +584,12 @@ attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n
     const attn_tensor *t = items[i].t;
     if (i || n_meta > 0) puts_(&b, ",");
     put_json_string(&b, items[i].name, items[i].name_len);
-    puts_(&b, ":{\"dtype\":\"F32\",\"shape\":[");
+    puts_(&b, t->is_bool ? ":{\"dtype\":\"BOOL\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[");
     for (int d = 0; d < t->ndim; d++) {
       snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)t->size[d]);
       puts_(&b, num);
     }
-    int64_t bytes = attn_numel(t) * 4;
+    int64_t bytes = attn_numel(t) * (t->is_bool ? 1 : 4);
     snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + bytes));
     puts_(&b, num);
     offset += bytes;
@@ -617,7 +617,7 @@ attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n
   for (int j = 0; j < 8; j++) pre[j] = (unsigned char)((uint64_t)b.n >> (8 * j));
   int ok = fwrite(pre, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
   free(b.p);
-  for (int64_t i = 0; i < n && ok; i++) ok = attn_write_f32le(f, items[i].t);
+  for (int64_t i = 0; i < n && ok; i++) ok = attn_write_elements(f, items[i].t);
   if (!attn_out_finish(&of, ok)) return file_error(path, "write");
   return ATTN_OK;
 }

@@ -4,7 +4,7 @@
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
  *    ..., "__metadata__": {"key": "value", ...}}
  * (padded with spaces), then the raw little-endian data; offsets count from
- * the end of the header. Tensors are written as F32; on load F32 is read as
+ * the end of the header. Tensors are written as F32 (bool tensors as BOOL); on load F32 is read as
  * is and F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted to
  * float32 (elemtype.h: F16 and BF16 exactly, F64 rounded to nearest,
  * out-of-range values becoming +-inf as in torch's .float(); integers exactly,
@@ -84,8 +84,8 @@ typedef struct attn_st_item {
   const attn_tensor *t;
 } attn_st_item;
 
-/* Write items (in the order given; the caller sorts them) as F32 tensors to
- * path, with the metadata pairs unless n_meta == 0. */
+/* Write items (in the order given; the caller sorts them) as F32 tensors (BOOL
+ * for a bool tensor) to path, with the metadata pairs unless n_meta == 0. */
 attn_status attn_st_write(const char *path, const attn_st_item *items, int64_t n, const attn_st_meta *meta,
                           int64_t n_meta);
 

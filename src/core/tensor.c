@@ -137,6 +137,7 @@ attn_status attn_expand(const attn_tensor *t, int ndim, const int64_t *size, att
   memset(&r, 0, sizeof r);
   r.data = t->data;
   r.ndim = ndim;
+  r.is_bool = t->is_bool;
   for (int i = 0; i < ndim; i++) {
     int it = t->ndim - ndim + i;
     if (it < 0) {

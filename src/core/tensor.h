@@ -15,6 +15,7 @@
 typedef struct attn_tensor {
   float *data;                        /* element [0, ..., 0] */
   int ndim;
+  int is_bool;                        /* PyTorch's bool kind: elements are 0 or 1; views carry it */
   int64_t size[ATTN_MAX_DIMS];
   int64_t stride[ATTN_MAX_DIMS];      /* in elements, may be 0 (expanded) */
 } attn_tensor;

@@ -186,7 +186,7 @@ M.log = unary("log", "LogBackward0", function(g, x) return g / x end, "x")
 M.sqrt = unary("sqrt", "SqrtBackward0", function(g, _, r) return g / (r * 2) end, "r")
 M.tanh = unary("tanh", "TanhBackward0", function(g, _, r) return g * (1 - r * r) end, "r")
 -- sign(x): 1, -1, or 0 at 0 (torch's sgn)
-M.abs = unary("abs", "AbsBackward0", function(g, x) return g * (x:gt(0) - x:lt(0)) end, "x")
+M.abs = unary("abs", "AbsBackward0", function(g, x) return g * (x:gt(0):float() - x:lt(0)) end, "x") -- bool - bool is refused
 M.floor = unary("floor", "FloorBackward0", function(g) return raw.zeros(g:size()) end, "")
 M.sigmoid = unary("sigmoid", "SigmoidBackward0", function(g, _, r) return g * r * (1 - r) end, "r")
 M.relu = unary("relu", "ReluBackward0", function(g, _, r) return g * r:gt(0) end, "r")

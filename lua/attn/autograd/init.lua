@@ -617,6 +617,9 @@ function M.requires_grad_(...)
   if type_(on) ~= "boolean" then
     error(fname .. ": bad argument #2 'requires_grad' (expected a boolean, got " .. type_(on) .. ")", 2)
   end
+  if on and t.dtype == "bool" then
+    error(fname .. ": only float tensors can require gradients, got a bool tensor (as PyTorch; use t:float())", 2)
+  end
   local h = history[t]
   if type_(h) == "table" then
     error(fname .. ": you can only change requires_grad flags of leaf tensors" .. (on and "" or

@@ -18,16 +18,15 @@
 -- dropout: MKL builds' by default, non-MKL builds' after
 -- `attn.set_dropout_stream("default")`.
 --
--- Masks: attn has float32 tensors only, so each mask says its kind through an
--- option instead of its dtype. By default a mask is a bool mask: 0 and 1 only,
--- 1 (true) = not allowed to attend, as torch's bool masks (a
--- `t:bool()` result, or `attn.triu(attn.ones(L, S), 1)`); any other value is
--- an error. With `attn_mask_type = "float"` (or `key_padding_mask_type =
--- "float"`) the mask is a float mask: its values are added to the scaled
--- scores (-inf hides). Combinations follow torch 1.13: a float
--- key_padding_mask beside a bool attn_mask is read as bool (nonzero = not
--- allowed), as torch's logical_or does; two float masks are added (torch 1.13
--- raises there, later versions add).
+-- Masks, as torch's, by their dtype: a bool tensor (a comparison, `t:bool()`,
+-- `attn.triu(attn.ones(L, S), 1):bool()`) is a bool mask, true = not allowed
+-- to attend; a float tensor is a float mask, its values added to the scaled
+-- scores (-inf hides). A float tensor of 0 and 1 meant as a bool mask says so
+-- with `attn_mask_type = "bool"` (or `key_padding_mask_type = "bool"`); it must
+-- then hold 0 and 1 only (anything else is an error). Combinations follow
+-- torch 1.13: a float key_padding_mask beside a bool attn_mask is read as bool
+-- (nonzero = not allowed), as torch's logical_or does; two float masks are
+-- added (torch 1.13 raises there, later versions add).
 --
 -- The forward is built from recorded ops (F.linear, views, cat,
 -- scaled_dot_product_attention), so it records for autograd: the gradients of
@@ -174,17 +173,30 @@ local function index_of(i, sizes)
   return shape_of(idx)
 end
 
--- A bool mask must hold 0 and 1 only: anything else (a float mask given
--- without its type, NaN) would silently change meaning.
+-- A float tensor read as a bool mask must hold 0 and 1 only: anything else (a
+-- float mask given the bool type, NaN) would silently change meaning.
 local function check_bool_mask(m, name)
-  if m:numel() == 0 then return end
+  if m:numel() == 0 or m.dtype == "bool" then return end
   local bad = m:ne(0):mul(m:ne(1)):reshape(-1)
   if bad:max():item() ~= 0 then
     local i = math.tointeger(bad:argmax():item())
     fwd_fail("bad option '%s' (a bool mask holds 0 and 1, 1 = not allowed; got %s at %s; for a float mask "
-      .. "whose values are added to the scores pass %s_type = \"float\")", name,
+      .. "whose values are added to the scores leave %s_type out)", name,
       Module.pyfloat(m:reshape(-1)[i]), index_of(i, m:size()), name)
   end
+end
+
+-- Whether mask m is a float mask (added to the scores): its dtype says, as in
+-- torch; `type = "bool"` reads a float tensor of 0 and 1 as a bool mask.
+local function mask_is_float(m, type, name)
+  if m.dtype == "bool" then
+    if type == "float" then
+      fwd_fail("bad option '%s_type' (\"float\" is for a float tensor, and %s is a bool tensor, true = not allowed; "
+        .. "pass %s:float() to add its values to the scores)", name, name, name)
+    end
+    return false
+  end
+  return type ~= "bool"
 end
 
 -- x [..., n] -> [..., n + extra], zeros appended (torch's pad(mask, (0, 1)))
@@ -202,8 +214,10 @@ end
 -- S] with `average_attn_weights = false` (unbatched: without N); the weights
 -- are nil with `need_weights = false`. Options: `key_padding_mask` [N, S]
 -- (unbatched [S]), `attn_mask` [L, S] or [N * num_heads, L, S] (unbatched
--- [num_heads, L, S]), `attn_mask_type` / `key_padding_mask_type` ("bool", the
--- default: 1 = not allowed; "float": added to the scores), `need_weights`
+-- [num_heads, L, S]): a bool tensor, true = not allowed, or a float one, added to
+-- the scores; `attn_mask_type` / `key_padding_mask_type` ("bool": a float
+-- tensor of 0 and 1 read as a bool mask; "float", what a float tensor is
+-- anyway), `need_weights`
 -- (true), `average_attn_weights` (true), `is_causal` (false). S counts one more
 -- key with add_bias_kv and one more with add_zero_attn in the weights.
 -- Runs through attn.scaled_dot_product_attention (the fused kernel when
@@ -247,8 +261,8 @@ function MultiheadAttention:forward(query, key, value, opts)
 
   -- masks: shapes as torch checks them
   local am, kpm = opts.attn_mask, opts.key_padding_mask
-  local am_float = opts.attn_mask_type == "float"
-  local kpm_float = opts.key_padding_mask_type == "float"
+  local am_float = am ~= nil and mask_is_float(am, opts.attn_mask_type, "attn_mask")
+  local kpm_float = kpm ~= nil and mask_is_float(kpm, opts.key_padding_mask_type, "key_padding_mask")
   if am ~= nil then
     local want3 = batched and { N * H, L, S } or { H, L, S }
     local ok = am:dim() == 2 and am:size(1) == L and am:size(2) == S

@@ -149,32 +149,32 @@
 -- @param b tensor or number
 -- @function minimum
 
---- 1 where a == b, else 0 (a float tensor; broadcasting).
+--- 1 where a == b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function eq
 
---- 1 where a ~= b, else 0 (a float tensor; broadcasting).
+--- 1 where a ~= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function ne
 
---- 1 where a > b, else 0 (a float tensor; broadcasting).
+--- 1 where a > b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function gt
 
---- 1 where a < b, else 0 (a float tensor; broadcasting).
+--- 1 where a < b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function lt
 
---- 1 where a >= b, else 0 (a float tensor; broadcasting).
+--- 1 where a >= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function ge
 
---- 1 where a <= b, else 0 (a float tensor; broadcasting).
+--- 1 where a <= b, else 0 (a bool tensor, as PyTorch's; broadcasting).
 -- @param a tensor
 -- @param b tensor or number
 -- @function le
@@ -215,7 +215,7 @@
 -- @param t tensor
 -- @function reciprocal
 
---- 1 where t is nonzero (NaN included), else 0: a mask as a float tensor.
+--- 1 where t is nonzero (NaN included), else 0: a mask as a bool tensor (`t.dtype == "bool"`).
 -- @param t tensor
 -- @function bool
 
@@ -311,7 +311,7 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
+-- @param[opt] opts table: `attn_mask` (PyTorch's: a bool tensor is true where the query may attend, a float one is added to the scores (and to `bias`); not with `mask` or `is_causal`, as PyTorch has only this one), `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
@@ -319,27 +319,29 @@
 -- @param x tensor
 -- @function simple_attention
 
---- Writes t to a NumPy .npy file (float32, C order).
+--- Writes t to a NumPy .npy file (C order): '<f4', or '|b1' for a bool tensor.
 -- @param t tensor
 -- @param path a string
 -- @function save
 
 --- Reads a NumPy .npy file as a tensor: '<f4' as is; '<f8', '<f2', '<i8', '<i4', '<i2', '|i1',
--- '|u1' and '|b1' (bool: 0 and 1) converted to float32, integers exactly while |x| <= 2^24
--- (a larger one is an error naming the file, the element and the value).
+-- '|u1' converted to float32, integers exactly while |x| <= 2^24 (a larger one is an error
+-- naming the file, the element and the value); '|b1' gives a bool tensor (0 and 1).
 -- @param path a string
 -- @function load
 
 --- Writes tensors to a safetensors file (8-byte header length, JSON header, raw little-endian
--- F32 data), names in byte order, as the Python library does; module weights use `m:save(path)`.
+-- F32 data, BOOL for a bool tensor), names in byte order, as the Python library does; module
+-- weights use `m:save(path)`.
 -- @param path a string
 -- @param tensors a table name -> tensor
 -- @param[opt] metadata a table of string -> string, stored as `__metadata__`
 -- @function save_safetensors
 
 --- Reads a safetensors file: a table name -> tensor, and the `__metadata__` table. F32 is read
--- as is; F64, F16, BF16, I64, I32, I16, I8, U8 and BOOL are converted to float32 (integers
+-- as is; F64, F16, BF16, I64, I32, I16, I8 and U8 are converted to float32 (integers
 -- exactly while |x| <= 2^24, else an error naming the tensor, the element and the value);
+-- BOOL gives a bool tensor (0 and 1);
 -- other dtypes, truncated or corrupt files are errors naming the file and what is wrong.
 -- @param path a string
 -- @return tensors, metadata
@@ -487,6 +489,25 @@
 --- cos(t) elementwise (radians).
 -- @param t tensor
 -- @function cos
+
+--- Logical and of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_and
+
+--- Logical or of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_or
+
+--- Logical exclusive or of a and b elementwise (nonzero, NaN included, is true): a bool tensor; broadcasting.
+-- @param a tensor
+-- @param b tensor or number
+-- @function logical_xor
+
+--- 1 where t is 0, else 0: a bool tensor (PyTorch's `~mask`).
+-- @param t tensor
+-- @function logical_not
 
 --- t limited to [min, max] elementwise: min(max(t, min), max), NaN kept, as torch.clamp. Either
 -- bound may be nil (not both); a bound is a number or a tensor broadcast with t (the result
