@@ -533,6 +533,7 @@ local function chain(r, o, st, counts)
     local key = "backward: " .. ((tostring(err):match("modified by an inplace") or tostring(err):match("modified in place")) and
       "modified in place" or tostring(err):sub(1, 60))
     counts[key] = (counts[key] or 0) + 1
+    if o.on_backward_error then o.on_backward_error(prog, picks, weights, tostring(err)) end
     return "e"
   end
   ref_loss:backward()
@@ -554,6 +555,7 @@ local function chain(r, o, st, counts)
       end
     end
   end
+  if o.on_agreed then o.on_agreed(prog, picks, weights, leaves_lib) end
   return "o"
 end
 
