@@ -5,7 +5,7 @@
 --
 -- The replay computes the same function of the leaves out of place only, on
 -- fresh leaves: every storage is a "root" whose current value is a tensor,
--- every slot a path of view steps (narrow, select, transpose, view) from its
+-- every slot a path of view steps (narrow, select, transpose, view, reshape) from its
 -- root, read from the root's current value when used. An in-place op on a
 -- slot computes the slot's new value out of place and writes it back into the
 -- root: through the path's inverse (zeros elsewhere, plus the root masked to
@@ -112,6 +112,7 @@ local function view_step(t, st)
   if st.op == "narrow" then return t:narrow(st.d, st.s, st.l) end
   if st.op == "select" then return t:select(st.d, st.i) end
   if st.op == "transpose" then return t:transpose(st.d1, st.d2) end
+  if st.op == "reshape" then return t:reshape(st.sizes) end
   return t:view(st.sizes)
 end
 
@@ -120,7 +121,7 @@ end
 local function embed_step(g, st)
   local before = st.before
   if st.op == "transpose" then return g:transpose(st.d1, st.d2) end
-  if st.op == "view" then return g:reshape(before) end
+  if st.op == "view" or st.op == "reshape" then return g:reshape(before) end
   local d, s, l = st.d, st.s, st.l
   if st.op == "select" then g, s, l = g:unsqueeze(d), st.i, 1 end
   local parts = {}
@@ -376,9 +377,9 @@ local function gen_chain(r, o, st, counts)
         step = { op = "select", d = d, i = r.int(1, shape[d]) }
       elseif v == 3 and #shape > 1 then
         step = { op = "transpose", d1 = r.int(1, #shape), d2 = r.int(1, #shape) }
-      elseif x:is_contiguous() then
+      elseif x:is_contiguous() then -- (reshape only here: of a contiguous tensor it is always a view)
         local n = x:numel()
-        step = { op = "view", sizes = r.chance(0.5) and { n } or (n % 2 == 0 and { 2, n // 2 } or { 1, n }) }
+        step = { op = r.pick({ "view", "reshape" }), sizes = r.chance(0.5) and { n } or (n % 2 == 0 and { 2, n // 2 } or { 1, n }) }
       else
         step = { op = "transpose", d1 = 1, d2 = #shape }
       end
