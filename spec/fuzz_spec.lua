@@ -134,6 +134,25 @@ describe("scripts/fuzz.lua --mode autograd", function()
     assert.truthy(s.failure and s.failure:find("raw Lua error", 1, true), s.failure)
   end)
 
+  it("emit_torch writes the chains as a PyTorch script (compared chains and refused backwards)", function()
+    local path = os.tmpname()
+    local s = fuzz.run_autograd { iterations = 60, seed = 7, emit_torch = path }
+    assert.is_nil(s.failure, s.failure)
+    local f = assert(io.open(path))
+    local py = f:read("a")
+    f:close()
+    os.remove(path)
+    assert.truthy(py:find("^# Written by scripts/fuzz.lua %-%-mode autograd %-%-emit%-torch"), py:sub(1, 200))
+    local defs, compares, refusals = 0, 0, 0
+    for _ in py:gmatch("\ndef chain%d+%(%):") do defs = defs + 1 end
+    for _ in py:gmatch("\ncompare%(%d+, chain%d+, %[") do compares = compares + 1 end
+    for _ in py:gmatch("\nrefused%(%d+, chain%d+, \"") do refusals = refusals + 1 end
+    assert.are.equal(defs, compares + refusals)
+    assert.are.equal(s.errors, refusals)
+    assert.is_true(compares > 20, "compared chains: " .. compares)
+    assert.truthy(py:find("print%(dict%(tally%)%)\n$"))
+  end)
+
   it("the command line: --mode autograd prints the summary and exits 0", function()
     local p = io.popen("scripts/attn-lua scripts/fuzz.lua --mode autograd --seed 5 --iterations 40 2>&1; echo rc=$?")
     local out = p:read("a")

@@ -1831,7 +1831,7 @@ end
 local function main(argv)
   local o = { iterations = 1000, seed = 7, verbose = false }
   local usage = "usage: fuzz.lua --iterations N --seed S [--kinds a,b,c|all] [--child-every N] [--verbose]\n"
-    .. "       fuzz.lua --mode autograd --iterations N --seed S [--max-len N] [--with-known]\n"
+    .. "       fuzz.lua --mode autograd --iterations N --seed S [--max-len N] [--with-known] [--emit-torch FILE.py]\n"
     .. "kinds: " .. table.concat(M.KINDS, ",") .. " (default " .. table.concat(M.DEFAULT_KINDS, ",") .. ")\n"
   local i = 1
   while i <= #argv do
@@ -1846,6 +1846,7 @@ local function main(argv)
     elseif a == "--verbose" then o.verbose = true; i = i + 1
     elseif a == "--mode" and (argv[i + 1] == "autograd" or argv[i + 1] == "api") then o.mode = argv[i + 1]; i = i + 2
     elseif a == "--with-known" then o.with_known = true; i = i + 1
+    elseif a == "--emit-torch" and argv[i + 1] then o.emit_torch = argv[i + 1]; i = i + 2
     elseif a == "--max-len" then
       o.max_len = math.tointeger(tonumber(argv[i + 1]))
       if not o.max_len or o.max_len < 2 then io.stderr:write("fuzz.lua: --max-len takes an integer >= 2\n"); os.exit(2) end

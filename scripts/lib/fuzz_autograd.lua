@@ -560,7 +560,106 @@ local function chain(r, o, st, counts)
   return "o"
 end
 
---- Run the autograd fuzzer: o = {iterations, seed, max_len = 12, with_known = false, out}.
+-- ---- a PyTorch twin of the chains (o.emit_torch) ------------------------------
+-- A Python script that runs each compared chain in PyTorch 1.13 and checks
+-- its gradients against the library's, and each chain whose backward raised
+-- an attn error for whether PyTorch raises too: the replay's independent
+-- check, and the answer to "would PyTorch refuse this?" (needs torch; no
+-- spec runs it).
+
+local function py_list(t)
+  local p = {}
+  for i, v in ipairs(t) do p[i] = string.format("%.9g", v) end
+  return "[" .. table.concat(p, ",") .. "]"
+end
+
+local function py_tensor(t)
+  local s = t:size()
+  return ("T(%s).view(%s)"):format(py_list(flat(t)), py_list(s))
+end
+
+local function py_arg(a)
+  if type(a) == "number" then return string.format("%.17g", a) end
+  if a.slot then return "s[" .. a.slot .. "]" end
+  if attn.is_tensor(a.const) then return py_tensor(a.const) .. ".bool()" end
+  return string.format("%.17g", a.const)
+end
+
+local function py_ins(ins)
+  local k = ins.k
+  if k == "leaf" then
+    return ("s[%d]=T(%s).view(%s).requires_grad_(%s)"):format(ins.out, py_list(ins.data), py_list(ins.shape),
+      ins.grad and "True" or "False")
+  end
+  if k == "detach" then return ("s[%d]=s[%d].detach()"):format(ins.out, ins.src) end
+  if k == "cat" then
+    local p = {}
+    for i, j in ipairs(ins.srcs) do p[i] = "s[" .. j .. "]" end
+    return ("s[%d]=torch.cat([%s],%d)"):format(ins.out, table.concat(p, ","), ins.d - 1)
+  end
+  if k == "view" then
+    local st = ins.step
+    local e
+    if st.op == "narrow" then e = ("narrow(%d,%d,%d)"):format(st.d - 1, st.s - 1, st.l)
+    elseif st.op == "select" then e = ("select(%d,%d)"):format(st.d - 1, st.i - 1)
+    elseif st.op == "transpose" then e = ("transpose(%d,%d)"):format(st.d1 - 1, st.d2 - 1)
+    else e = st.op .. "(" .. py_list(st.sizes) .. ")" end
+    return ("s[%d]=s[%d].%s"):format(ins.out, ins.src, e)
+  end
+  local op, a = ins.op, ins.arg
+  local name = k == "inplace" and op .. "_" or op
+  local args
+  if op == "clamp" or op == "masked_fill" then args = py_arg(a.pair[1]) .. "," .. py_arg(a.pair[2])
+  elseif (op == "sum" or op == "mean") and a then args = ("%d,keepdim=%s"):format(a[1] - 1, a[2] and "True" or "False")
+  elseif op == "softmax" then args = tostring(a - 1)
+  elseif a ~= nil then args = py_arg(a)
+  else args = "" end
+  if k == "inplace" then return ("s[%d].%s(%s)"):format(ins.dst, name, args) end
+  return ("s[%d]=s[%d].%s(%s)"):format(ins.out, ins.src, name, args)
+end
+
+local function py_chain(f, n, prog, picks, weights)
+  f:write(("def chain%d():\n  s, L = {}, []\n"):format(n))
+  for _, ins in ipairs(prog) do
+    f:write("  ", py_ins(ins), "\n")
+    if ins.k == "leaf" and ins.grad then f:write(("  L.append(s[%d])\n"):format(ins.out)) end
+  end
+  f:write(("  loss = (s[%d]*%s).sum() + (s[%d]*%s).sum()\n"):format(picks[1], py_tensor(weights[1]), picks[2],
+    py_tensor(weights[2])))
+  f:write("  loss.backward()\n  return L\n")
+end
+
+local PY_HEAD = [[
+# Written by scripts/fuzz.lua --mode autograd --emit-torch: the chains in PyTorch 1.13.
+import torch, collections
+T = lambda x: torch.tensor(x, dtype=torch.float32)
+tally = collections.Counter()
+def compare(n, fn, want):
+    try:
+        L = fn()
+    except RuntimeError as e:
+        tally["attn gave gradients, torch raises"] += 1
+        print("chain %d: torch raises: %s" % (n, str(e)[:200])); return
+    for i, (l, w) in enumerate(zip(L, want)):
+        g = l.grad.reshape(-1) if l.grad is not None else None
+        if g is None and w is None: continue
+        g = g if g is not None else torch.zeros_like(w)
+        w = w if w is not None else torch.zeros_like(g)
+        if not torch.allclose(g, w, rtol=2e-3, atol=1e-3):
+            tally["gradients differ"] += 1
+            print("chain %d: leaf %d: torch %s, attn %s" % (n, i + 1, g.tolist(), w.tolist())); return
+    tally["same gradients"] += 1
+def refused(n, fn, msg):
+    try:
+        fn()
+    except RuntimeError:
+        tally["both raise"] += 1; return
+    tally["attn raises, torch does not"] += 1
+    print("chain %d: torch computes; attn: %s" % (n, msg))
+]]
+
+--- Run the autograd fuzzer: o = {iterations, seed, max_len = 12, with_known = false, out,
+-- emit_torch = a path for the PyTorch twin of the chains}.
 -- Returns {chains, agreed, errors, errors_by_kind = {message start = count}, failure = text or nil}.
 function M.run(o, bad_message)
   local seed = math.tointeger(o.seed) or 7
@@ -568,6 +667,23 @@ function M.run(o, bad_message)
   local saved = attn.get_rng_state()
   attn.manual_seed(seed)
   local st = { bad_message = bad_message }
+  local py, npy = nil, 0
+  if o.emit_torch then
+    py = assert(io.open(o.emit_torch, "w"))
+    py:write(PY_HEAD)
+    o.on_agreed = function(prog, picks, weights, leaves)
+      npy = npy + 1
+      py_chain(py, npy, prog, picks, weights)
+      local want = {}
+      for i, l in ipairs(leaves) do want[i] = l.grad and ("T(" .. py_list(flat(l.grad)) .. ")") or "None" end
+      py:write(("compare(%d, chain%d, [%s])\n"):format(npy, npy, table.concat(want, ", ")))
+    end
+    o.on_backward_error = function(prog, picks, weights, msg)
+      npy = npy + 1
+      py_chain(py, npy, prog, picks, weights)
+      py:write(("refused(%d, chain%d, %q)\n"):format(npy, npy, msg:gsub("\n", " ")))
+    end
+  end
   local stats = { chains = 0, agreed = 0, errors = 0, errors_by_kind = {}, seed = seed }
   local outcomes = {}
   for it = 1, o.iterations or 1000 do
@@ -585,6 +701,10 @@ function M.run(o, bad_message)
     if outcome == "o" then stats.agreed = stats.agreed + 1 else stats.errors = stats.errors + 1 end
   end
   stats.outcomes = table.concat(outcomes)
+  if py then
+    py:write("print(dict(tally))\n")
+    py:close()
+  end
   attn.set_rng_state(saved)
   return stats
 end
