@@ -445,7 +445,6 @@ end
 
 -- program text for a reproduction
 local function ins_text(ins)
-  local parts = {}
   local function v(x)
     if type(x) == "table" then
       if x.slot then return "s" .. x.slot end
@@ -458,24 +457,23 @@ local function ins_text(ins)
     return tostring(x)
   end
   if ins.k == "leaf" then
-    parts[1] = ("s%d = leaf%s%s"):format(ins.out, shape_str(ins.shape), ins.grad and " requires_grad" or "")
+    return ("s%d = leaf%s%s"):format(ins.out, shape_str(ins.shape), ins.grad and " requires_grad" or "")
   elseif ins.k == "oop" then
-    parts[1] = ("s%d = s%d:%s(%s)"):format(ins.out, ins.src, ins.op, ins.arg ~= nil and v(ins.arg) or "")
+    return ("s%d = s%d:%s(%s)"):format(ins.out, ins.src, ins.op, ins.arg ~= nil and v(ins.arg) or "")
   elseif ins.k == "cat" then
     local s = {}
     for i, j in ipairs(ins.srcs) do s[i] = "s" .. j end
-    parts[1] = ("s%d = attn.cat({%s}, %d)"):format(ins.out, table.concat(s, ", "), ins.d)
+    return ("s%d = attn.cat({%s}, %d)"):format(ins.out, table.concat(s, ", "), ins.d)
   elseif ins.k == "view" then
     local st = ins.step
     local a = st.op == "narrow" and (st.d .. ", " .. st.s .. ", " .. st.l) or st.op == "select" and (st.d .. ", " .. st.i)
       or st.op == "transpose" and (st.d1 .. ", " .. st.d2) or shape_str(st.sizes)
-    parts[1] = ("s%d = s%d:%s(%s)"):format(ins.out, ins.src, st.op, a)
+    return ("s%d = s%d:%s(%s)"):format(ins.out, ins.src, st.op, a)
   elseif ins.k == "detach" then
-    parts[1] = ("s%d = s%d:detach()"):format(ins.out, ins.src)
+    return ("s%d = s%d:detach()"):format(ins.out, ins.src)
   else
-    parts[1] = ("s%d:%s(%s)"):format(ins.dst, INPLACE[ins.op], ins.arg ~= nil and v(ins.arg) or "")
+    return ("s%d:%s(%s)"):format(ins.dst, INPLACE[ins.op], ins.arg ~= nil and v(ins.arg) or "")
   end
-  return parts[1]
 end
 
 local function prog_text(prog, extra)
@@ -486,7 +484,6 @@ local function prog_text(prog, extra)
 end
 
 -- One chain: returns "o" (agreed) or "e" (the backward raised an attn error), or nil and a finding.
-
 local function chain(r, o, st, counts)
   local prog, env, nslots, ins = gen_chain(r, o, st, counts)
   if not prog then return nil, env .. "\n  chain:\n" .. prog_text(nslots, ins) end
@@ -523,7 +520,18 @@ local function chain(r, o, st, counts)
   if not close(lv, rv, 1e-3, 1e-4 * (1 + scale) * 10) then
     return nil, ("the loss differs from the replay's: %.9g, replay %.9g"):format(lv, rv) .. text
   end
-  if not ref_loss.requires_grad then return "o" end
+  if not ref_loss.requires_grad then
+    -- no leaf reaches the replay's loss: the library's gradients, if any, must be 0
+    if lib_loss.requires_grad and pcall(lib_loss.backward, lib_loss) then
+      for i, leaf in ipairs(leaves_lib) do
+        if leaf.grad and leaf.grad:abs():max():item() ~= 0 then
+          return nil, ("gained history: leaf %d has a nonzero gradient, the replay's loss depends on no leaf"):format(i)
+            .. text
+        end
+      end
+    end
+    return "o"
+  end
   if not lib_loss.requires_grad then
     return nil, "lost history: the replay's loss depends on a leaf, the library's has no grad_fn" .. text
   end
@@ -550,7 +558,7 @@ local function chain(r, o, st, counts)
       for k = 1, n do
         local a, b = g and g[k] or 0, w and w[k] or 0
         if b == b and math.abs(b) < math.huge and not close(a, b, 2e-3, 1e-4 * (1 + gscale)) then
-          return nil, ("leaf %d (slot of %s): gradient element %d is %.9g, the replay's %.9g"):format(i,
+          return nil, ("leaf %d (shape %s): gradient element %d is %.9g, the replay's %.9g"):format(i,
             shape_str(leaf:size()), k, a, b) .. text
         end
       end
