@@ -596,7 +596,9 @@ end
 local function py_ins(ins)
   local k = ins.k
   if k == "leaf" then
-    return ("s[%d]=T(%s).view(%s).requires_grad_(%s)"):format(ins.out, py_list(ins.data), py_list(ins.shape),
+    -- cloned: a leaf that is a view of the list's tensor would have that as
+    -- its views' base, and PyTorch regenerates a view's history from its base
+    return ("s[%d]=T(%s).view(%s).clone().requires_grad_(%s)"):format(ins.out, py_list(ins.data), py_list(ins.shape),
       ins.grad and "True" or "False")
   end
   if k == "detach" then return ("s[%d]=s[%d].detach()"):format(ins.out, ins.src) end
