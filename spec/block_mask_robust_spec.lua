@@ -51,3 +51,36 @@ describe("enable_gqa robustness", function()
     end
   end)
 end)
+
+describe("block_mask error objects", function()
+  -- fn's error object is the user's: its __tostring may raise or return a
+  -- non-string, and the message must still come from attn.block_mask
+  local raising = setmetatable({}, { __tostring = function() error("tostring failed on purpose") end })
+  local not_a_string = setmetatable({}, { __tostring = function() return {} end })
+  local raising_a_table = setmetatable({}, { __tostring = function() error(raising) end })
+  local cases = { { "raises", raising }, { "returns a table", not_a_string }, { "raises a table like itself", raising_a_table } }
+  for _, case in ipairs(cases) do
+    local what, obj = case[1], case[2]
+    it("fn raising an object whose __tostring " .. what .. ": an attn.block_mask message", function()
+      local ok, err = pcall(attn.block_mask, function() error(obj) end, 1, 1, 4, 4)
+      assert.is_false(ok)
+      assert.are.equal("string", type(err))
+      assert.truthy(err:find("attn.block_mask: fn raised an error at b 1, h 1, query block 1, key block 1: "
+        .. "a table whose __tostring failed", 1, true), err)
+    end)
+    it("an opts key whose __tostring " .. what .. ": an attn.block_mask message", function()
+      local ok, err = pcall(attn.block_mask, attn.block_mask.causal, 1, 1, 4, 4, { [obj] = 1 })
+      assert.is_false(ok)
+      assert.are.equal("string", type(err))
+      assert.truthy(err:find("attn.block_mask: bad argument #6 'opts' (unknown option 'a table whose __tostring failed'",
+        1, true), err)
+    end)
+  end
+  it("fn raising an object with a working __tostring: its text in the message", function()
+    local obj = setmetatable({}, { __tostring = function() return "custom failure" end })
+    local ok, err = pcall(attn.block_mask, function() error(obj) end, 1, 1, 4, 4)
+    assert.is_false(ok)
+    assert.truthy(err:find("attn.block_mask: fn raised an error at b 1, h 1, query block 1, key block 1: custom failure",
+      1, true), err)
+  end)
+end)

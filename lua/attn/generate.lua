@@ -6,8 +6,12 @@
 -- context_length tokens, keeps the top_k largest (the others to -inf, as the
 -- book: logits < k-th largest), and picks greedily (argmax; the first of
 -- ties, as torch) when temperature is nil or 0, else samples from
--- softmax(logits / temperature). Runs under attn.no_grad; the model's
--- training flag is left as it is (call model:eval() first, as the book).
+-- softmax(logits / temperature); a temperature so small that a finite
+-- logit / temperature is not finite in float32 is refused at that step by
+-- name (torch's multinomial would refuse the NaN probabilities that follow),
+-- and so are the model's own NaN / +inf logits when sampling. Runs under
+-- attn.no_grad; the model's training flag is left as it is (call
+-- model:eval() first, as the book).
 --
 -- use_cache (default true when the model has reset_cache): the prompt runs
 -- once through the KV cache and each step feeds only the new token; when the
@@ -62,8 +66,13 @@ local function kth_largest(row, k)
   return sorted[math.min(k, #sorted)]
 end
 
+-- the number of elements of t that are NaN or +-inf (x - x is 0 only for finite x)
+local function count_nonfinite(t)
+  return (t - t):ne(0):sum():item()
+end
+
 -- last: [b, V] logits of the last position -> next ids [b, 1]
-local function pick(last, temperature, top_k)
+local function pick(last, temperature, top_k, step)
   if top_k then
     -- the book: logits below the k-th largest become -inf
     local rows = last:totable()
@@ -76,7 +85,22 @@ local function pick(last, temperature, top_k)
     return attn.argmax(last, 2, true)             -- [b, 1]
   end
   -- torch: probs = softmax(logits / temperature); multinomial(probs, 1) -> [b, 1]
-  return attn.multinomial(attn.softmax(last / temperature, 2), 1)
+  local scaled = last / temperature
+  -- a finite logit made inf (or 0 / tiny made NaN once the temperature is a
+  -- float32 0) by a too small temperature: torch's multinomial refuses the
+  -- NaN probabilities that follow; here the message names the cause
+  if count_nonfinite(scaled) > count_nonfinite(last) then
+    error(("%s: bad option 'temperature' (expected a temperature large enough that logits / temperature stay finite, "
+      .. "got %s: at step %d the logits (largest magnitude %s) overflow float32 when divided by it; "
+      .. "use temperature = 0 for greedy decoding)"):format(FNAME, tostring(temperature), step,
+      tostring(last:masked_fill((last - last):ne(0), 0):abs():max():item())), 0)
+  end
+  local probs = attn.softmax(scaled, 2)
+  if count_nonfinite(probs) > 0 then
+    error(("%s: the model's logits at step %d are not finite (NaN or +inf), so softmax(logits / temperature) "
+      .. "is not a probability distribution"):format(FNAME, step), 0)
+  end
+  return attn.multinomial(probs, 1)
 end
 
 -- the last at most n columns of idx [b, L]
@@ -119,7 +143,7 @@ return function(model, idx, max_new_tokens, opts)
       if not use_cache then logits = model(last_tokens(idx, ctx)) end
       -- logits: [b, n, V] -> the last position [b, V]
       local last = logits:select(2, logits:size(2))
-      local next_ids = pick(last, opts.temperature, opts.top_k)
+      local next_ids = pick(last, opts.temperature, opts.top_k, step)
       idx = attn.cat({idx, next_ids}, 2)
       if use_cache and step < max_new_tokens then
         if model.cache_len >= ctx then refill() else logits = model(next_ids, {use_cache = true}) end

@@ -1808,9 +1808,30 @@ function M.run(o)
   return stats
 end
 
+--- The autograd mode (scripts/lib/fuzz_autograd.lua): random chains of in-place
+-- and out-of-place ops on leaves, views and detached aliases, their gradients
+-- against an out-of-place replay. o = {iterations, seed, max_len, with_known};
+-- returns {chains, agreed, errors, errors_by_kind, outcomes, failure}.
+function M.run_autograd(o)
+  return require("fuzz_autograd").run(o, bad_message)
+end
+
+local function main_autograd(o)
+  local s = M.run_autograd(o)
+  if s.failure then print(s.failure) end
+  local kinds = {}
+  for k, n in pairs(s.errors_by_kind) do kinds[#kinds + 1] = ("  %5d  %s"):format(n, k) end
+  table.sort(kinds)
+  print(("fuzz --mode autograd: %d chains, %d agreed with the replay, %d ended in an attn error at backward, seed %d%s")
+    :format(s.chains, s.agreed, s.errors, s.seed, #kinds > 0 and "; steps refused with an attn error:" or ""))
+  if #kinds > 0 then print(table.concat(kinds, "\n")) end
+  os.exit(s.failure and 1 or 0)
+end
+
 local function main(argv)
   local o = { iterations = 1000, seed = 7, verbose = false }
   local usage = "usage: fuzz.lua --iterations N --seed S [--kinds a,b,c|all] [--child-every N] [--verbose]\n"
+    .. "       fuzz.lua --mode autograd --iterations N --seed S [--max-len N] [--with-known] [--emit-torch FILE.py]\n"
     .. "kinds: " .. table.concat(M.KINDS, ",") .. " (default " .. table.concat(M.DEFAULT_KINDS, ",") .. ")\n"
   local i = 1
   while i <= #argv do
@@ -1823,11 +1844,19 @@ local function main(argv)
       if not o.child_every or o.child_every < 1 then io.stderr:write("fuzz.lua: --child-every takes a positive integer\n"); os.exit(2) end
       i = i + 2
     elseif a == "--verbose" then o.verbose = true; i = i + 1
+    elseif a == "--mode" and (argv[i + 1] == "autograd" or argv[i + 1] == "api") then o.mode = argv[i + 1]; i = i + 2
+    elseif a == "--with-known" then o.with_known = true; i = i + 1
+    elseif a == "--emit-torch" and argv[i + 1] then o.emit_torch = argv[i + 1]; i = i + 2
+    elseif a == "--max-len" then
+      o.max_len = math.tointeger(tonumber(argv[i + 1]))
+      if not o.max_len or o.max_len < 2 then io.stderr:write("fuzz.lua: --max-len takes an integer >= 2\n"); os.exit(2) end
+      i = i + 2
     else io.stderr:write(usage); os.exit(2) end
     if o.iterations == nil or o.seed == nil then
       io.stderr:write("fuzz.lua: --iterations and --seed take integers\n"); os.exit(2)
     end
   end
+  if o.mode == "autograd" then return main_autograd(o) end
   local _, err = M.parse_kinds(o.kinds)
   if err then io.stderr:write("fuzz.lua: " .. err .. "\n"); os.exit(2) end
   local s = M.run(o)

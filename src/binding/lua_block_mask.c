@@ -298,6 +298,23 @@ static void push_positions(lua_State *L, int64_t first, int64_t n, int rows) {
   for (int64_t x = 0; x < n; x++) t->data[x] = (float)(first + x + 1);
 }
 
+static int tolstring_of_arg(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+/* Text for the value at idx (an error object or a table key), pushed: its
+ * __tostring runs protected, since a user's __tostring may raise or return a
+ * non-string, and the message must still come from attn.block_mask. */
+static const char *push_value_text(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_pushcfunction(L, tolstring_of_arg);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK) return lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return lua_pushfstring(L, "a %s whose __tostring failed", luaL_typename(L, idx));
+}
+
 /* Call the Lua function at idx on the block in hand; its visibility into vis (ld = block). */
 static void eval_lua(lua_State *L, build *bd, int idx, uint8_t *vis) {
   int64_t ld = bd->m->pcol;
@@ -307,7 +324,7 @@ static void eval_lua(lua_State *L, build *bd, int idx, uint8_t *vis) {
   push_positions(L, bd->i0, bd->ni, 1);
   push_positions(L, bd->j0, bd->nj, 0);
   if (lua_pcall(L, 4, 1, 0) != LUA_OK) {
-    const char *msg = luaL_tolstring(L, -1, NULL);
+    const char *msg = push_value_text(L, -1);
     attnL_error(L, BM, "fn raised an error at b %I, h %I, query block %I, key block %I: %s", (LUAI_UACINT)(bd->b + 1),
                 (LUAI_UACINT)(bd->h + 1), (LUAI_UACINT)(bd->qb + 1), (LUAI_UACINT)(bd->kb + 1), msg);
   }
@@ -420,7 +437,7 @@ static int l_build(lua_State *L) {
     while (lua_next(L, 7)) {
       lua_pop(L, 1);
       if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "block") != 0)
-        attnL_error(L, BM, "bad argument #6 'opts' (unknown option '%s'; expected block)", luaL_tolstring(L, -1, NULL));
+        attnL_error(L, BM, "bad argument #6 'opts' (unknown option '%s'; expected block)", push_value_text(L, -1));
     }
     lua_getfield(L, 7, "block");
     if (!lua_isnil(L, -1)) {

@@ -622,8 +622,10 @@ function M.requires_grad_(...)
   end
   local h = history[t]
   if type_(h) == "table" then
-    error(fname .. ": you can only change requires_grad flags of leaf tensors" .. (on and "" or
-      "; to use a computed tensor without its history, use t:detach()"), 2)
+    -- as PyTorch 1.13: a computed tensor already requires grad, so asking for it is a no-op
+    if on then return t end
+    error(fname .. ": you can only change requires_grad flags of leaf tensors; to use a computed tensor "
+      .. "without its history, use t:detach()", 2)
   end
   history[t] = on or nil
   return t
@@ -705,6 +707,11 @@ local function set_field(t, key, value)
   if key == "requires_grad" then
     if type_(value) ~= "boolean" then
       error("attn.Tensor field 'requires_grad': expected a boolean, got " .. type_(value), 2)
+    end
+    -- as PyTorch 1.13's setter: refused on a computed tensor either way (requires_grad_(true) is a no-op)
+    if type_(history[t]) == "table" then
+      error("attn.Tensor field 'requires_grad': you can only change requires_grad flags of leaf tensors"
+        .. (value and "" or "; to use a computed tensor without its history, use t:detach()"), 2)
     end
     M.requires_grad_(t, value)
     return

@@ -97,6 +97,11 @@ function Optimizer.new(cls, params, opts, ...)
       if not attn.is_tensor(p) then
         fail(fname, "bad argument #1 'params' (element %d%s is not an attn.Tensor, got %s)", i, where, describe(p))
       end
+      -- as PyTorch 1.13: a computed tensor gets no .grad, so stepping it would do nothing
+      if not p.is_leaf then
+        fail(fname, "bad argument #1 'params' (element %d%s is not a leaf tensor: can't optimize a non-leaf tensor; "
+          .. "optimize the leaves it was computed from, or a detached copy)", i, where)
+      end
       if seen[p] then fail(fname, "bad argument #1 'params' (a parameter appears more than once: element %d%s)", i, where) end
       seen[p] = true
       count = count + 1
