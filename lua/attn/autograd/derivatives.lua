@@ -134,11 +134,13 @@ local function binary_(opname, name, grad_self, grad_other, self_reads_other, ot
       local need, to = ctx.needs_input_grad, is_tensor(other)
       local ns, no = need[1], to and need[2]
       local old = no and other_reads_old and self:clone() or nil
-      local r = f(...)
       ctx.other_shape = to and other:size() or nil
       local keep_other = (ns and self_reads_other) or (no and other_reads_other)
+      -- saved before the write: an other that shares self's storage (s:mul_(s),
+      -- s:mul_(s:detach())) is then seen as modified at backward, as PyTorch
+      -- raises, instead of giving a gradient from the written values
       if old or keep_other then ctx:save_for_backward(old, keep_other and other or nil) end
-      return r
+      return f(...)
     end,
     backward = function(ctx, g)
       local old, other = ctx:saved()
