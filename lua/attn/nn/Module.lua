@@ -38,6 +38,7 @@
 -- m:state_dict_keys().
 -- @classmod attn.nn.Module
 local core = require "attn.core"
+local caller = require "attn.caller"
 local autograd = require "attn.autograd"
 
 local tensor_mt = core.Tensor_mt
@@ -66,7 +67,7 @@ local function class_name(m)
 end
 
 local function fail(m, method, fmt, ...)
-  error(("%s:%s: " .. fmt):format(class_name(m), method, ...), 3)
+  caller.error(("%s:%s: " .. fmt):format(class_name(m), method, ...))
 end
 
 -- metamethods are looked up raw in the metatable: every class carries its own copy
@@ -87,7 +88,7 @@ local function new_instance(cls, ...)
     local msg = tostring(err):gsub("^[^\n]-:%d+: ", "", 1)
     local name = "attn.nn." .. class_name(self)
     if msg:sub(1, #name + 1) ~= name .. ":" then msg = name .. ": " .. msg end
-    error(msg, 2)
+    caller.error(msg)
   end
   return self
 end
@@ -96,8 +97,8 @@ end
 -- Calling the class, `C(...)`, makes an instance and runs `C.init(self, ...)`.
 function Module.extend(parent, name)
   if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
-    error("Module:extend: bad argument #1 'name' (expected a class name such as \"CausalAttention\", got "
-          .. (type(name) == "string" and ("%q"):format(name) or type(name)) .. ")", 2)
+    caller.error("Module:extend: bad argument #1 'name' (expected a class name such as \"CausalAttention\", got "
+          .. (type(name) == "string" and ("%q"):format(name) or type(name)) .. ")")
   end
   local cls = {}
   for _, k in ipairs(METAMETHODS) do cls[k] = parent[k] end
@@ -138,7 +139,7 @@ end
 
 local function forward_results(self, ok, ...)
   if ok then return ... end
-  error(forward_error(self, (...)), 2) -- level 2: the caller of m(x) (this is a tail call of __call)
+  caller.error(forward_error(self, (...))) -- at the caller of m(x)
 end
 
 function Module.__call(self, ...)
@@ -153,11 +154,11 @@ end
 -- those calls, and m(x, opts), go the protected way.
 function Module.direct_call(cls, direct)
   if type(cls) ~= "table" or type(cls.forward) ~= "function" then
-    error("Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got "
-          .. type(cls) .. ")", 2)
+    caller.error("Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got "
+          .. type(cls) .. ")")
   end
   if type(direct) ~= "function" then
-    error("Module.direct_call: bad argument #2 'direct' (expected a function, got " .. type(direct) .. ")", 2)
+    caller.error("Module.direct_call: bad argument #2 'direct' (expected a function, got " .. type(direct) .. ")")
   end
   local forward, module_call = cls.forward, Module.__call
   return function(self, x, opts)
@@ -568,8 +569,8 @@ Module.ModuleList = ModuleList
 function ModuleList:init(list)
   list = list or {}
   if type(list) ~= "table" or is_module(list) then
-    error("attn.nn.ModuleList: bad argument #1 'modules' (expected a list of attn.nn modules, got "
-          .. (is_module(list) and class_name(list) or type(list)) .. ")", 3)
+    caller.error("attn.nn.ModuleList: bad argument #1 'modules' (expected a list of attn.nn modules, got "
+          .. (is_module(list) and class_name(list) or type(list)) .. ")")
   end
   for i = 1, #list do self:append(list[i]) end
 end
@@ -577,7 +578,7 @@ end
 --- Add a module at the end. Returns self.
 function ModuleList:append(m)
   if not is_module(m) then
-    error(("attn.nn.ModuleList: element %d is not an attn.nn module (got %s)"):format(#self + 1, type(m)), 3)
+    caller.error(("attn.nn.ModuleList: element %d is not an attn.nn module (got %s)"):format(#self + 1, type(m)))
   end
   local i = #self + 1
   self._children[#self._children + 1] = {name = tostring(i - 1), key = i}
@@ -586,7 +587,7 @@ function ModuleList:append(m)
 end
 
 function ModuleList:forward()
-  error("ModuleList:forward: a ModuleList has no forward; call its modules", 2)
+  caller.error("ModuleList:forward: a ModuleList has no forward; call its modules")
 end
 
 return Module

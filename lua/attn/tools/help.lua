@@ -7,6 +7,7 @@
 --    attn.help(attn.matmul)           -- by value
 --    attn.help("matmul")              -- by name: "nn.Linear", "Tensor.view", "viz.show"
 -- @module attn.tools.help
+local caller = require "attn.caller"
 local M = {}
 
 -- The Lua files whose doc comments are read, as module names; every class
@@ -403,7 +404,7 @@ end
 -- @return the text
 function M.text(what)
   local text, msg = lookup(what)
-  if not text then error(msg, 2) end
+  if not text then caller.error(msg) end
   return text
 end
 
@@ -421,7 +422,7 @@ function M.help(what)
   elseif kind == "unknown" then
     print(msg)
   else
-    error(msg, 2)
+    caller.error(msg)
   end
 end
 
