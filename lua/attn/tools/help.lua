@@ -175,6 +175,7 @@ local function public_tables()
   for _, c in ipairs(M.nn_class_names()) do local _ = nn[c] end -- load every class
   return {
     { "attn", attn }, { "attn.nn", nn }, { "attn.viz", attn.viz }, { "attn.Tensor", attn.Tensor },
+    { "attn.block_mask", attn.block_mask },
     { "attn.nn.functional", nn.functional }, { "attn.nn.utils", nn.utils }, { "attn.optim", attn.optim },
   }
 end
