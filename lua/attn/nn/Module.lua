@@ -490,10 +490,25 @@ function Module:save(path, metadata)
   return self
 end
 
+-- "zip" or "legacy" when the file at path starts as torch.save writes (a zip
+-- archive, or a pickle: protocol 2 and up start with 0x80 and the protocol), else nil.
+local function torch_save_format(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local head = f:read(4) or ""
+  f:close()
+  if head == "PK\3\4" then return "zip" end
+  local b1, b2 = head:byte(1, 2)
+  if b1 == 0x80 and b2 and b2 >= 2 and b2 <= 5 then return "legacy" end
+  return nil
+end
+
 --- Load weights saved by `save` (or written from a PyTorch state_dict by
 -- scripts/export_torch.py) into this module, in place, through
 -- load_state_dict: with strict (default true) missing and unexpected keys are
 -- errors; a shape mismatch always is. Nothing is copied when there is an error.
+-- A PyTorch file (torch.save) or a training checkpoint (attn.checkpoint.save)
+-- is an error saying how to load it instead.
 -- @param path a safetensors file
 -- @param[opt=true] strict
 -- @return the load_state_dict result ({missing_keys, unexpected_keys}) and the file's metadata table
@@ -505,7 +520,20 @@ function Module:load(path, strict)
     fail(self, "load", "bad argument #2 'strict' (expected boolean, got %s)", type(strict))
   end
   local ok, d, metadata = pcall(core.load_safetensors, path)
-  if not ok then fail(self, "load", "%s", (tostring(d):gsub("^.-attn%.load_safetensors: ", ""))) end
+  if not ok then
+    local kind = torch_save_format(path)
+    if kind then
+      fail(self, "load", "%s is a PyTorch pickle (torch.save's %s format), not a safetensors file: convert it with "
+        .. "scripts/export_torch.py (/usr/bin/python3 scripts/export_torch.py %s out.safetensors), then load "
+        .. "out.safetensors", path, kind, path)
+    end
+    fail(self, "load", "%s", (tostring(d):gsub("^.-attn%.load_safetensors: ", "")))
+  end
+  -- a checkpoint's tensors are "model.NAME": strict = false would load none of them
+  if type(metadata) == "table" and type(metadata.format) == "string" and metadata.format:match("^attn%-checkpoint") then
+    fail(self, "load", "%s is a training checkpoint (written by attn.checkpoint.save), not a module's weights: load "
+      .. "it with require(\"attn.checkpoint\").load(path, model[, optimizer])", path)
+  end
   local okl, res = pcall(self.load_state_dict, self, d, strict)
   if not okl then
     fail(self, "load", "%s: %s", path, (tostring(res):gsub("^.-:load_state_dict: ", "")))
