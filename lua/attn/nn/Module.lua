@@ -521,7 +521,8 @@ function Module:load(path, strict)
   end
   local ok, d, metadata = pcall(core.load_safetensors, path)
   if not ok then
-    local kind = torch_save_format(path)
+    -- sniffed only when the reader read a regular file's bytes (opening a FIFO would block)
+    local kind = tostring(d):find("not a safetensors file", 1, true) and torch_save_format(path)
     if kind then
       fail(self, "load", "%s is a PyTorch pickle (torch.save's %s format), not a safetensors file: convert it with "
         .. "scripts/export_torch.py (/usr/bin/python3 scripts/export_torch.py %s out.safetensors), then load "
