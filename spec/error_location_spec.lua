@@ -105,7 +105,9 @@ describe("errors of public functions implemented in Lua point at the caller", fu
   end
 
   it("a script run by attn-lua gets its own file and line, and the REPL the bare message", function()
-    local path = os.tmpname() .. ".lua"
+    local base = os.tmpname()
+    os.remove(base)
+    local path = base .. ".lua"
     local f = assert(io.open(path, "w"))
     f:write('local attn = require "attn"\n', 'local out = attn.scaled_dot_product_attention(1, 2, 3)\n')
     f:close()
