@@ -22,7 +22,14 @@
 -- alone would score), the final validation loss, and sampled text.
 -- --checkpoint PATH saves model + optimizer + generator (attn.checkpoint) at
 -- each evaluation and at the end; with --resume the run continues from it
--- (the same config and optimizer are required) up to --steps in all.
+-- up to --steps in all. On --resume the checkpoint decides what it holds: a
+-- --config whose model differs from the checkpoint's is refused, naming both
+-- values, and so is a --seed other than the checkpoint's (its generator state
+-- is restored, so a seed would change nothing); --lr, when given, replaces
+-- the checkpoint's learning rate, and the output says so (as setting
+-- param_groups' lr after loading a PyTorch optimizer); without --lr the
+-- checkpoint's rate goes on. --steps at or below the checkpoint's step says
+-- so and exits with status 0. --batch, --text and the other options apply.
 -- --report-memory prints, at the end, the bytes the training needs
 -- (memory_need below: parameters, gradients, AdamW's two moments, and the
 -- activations a step's backward must keep, counted from the config) against
@@ -53,6 +60,7 @@ end
 local opts = {config = "default", steps = 1000, batch = 16, lr = 3e-3, seed = 123, threads = nil, text = nil,
               checkpoint = nil, resume = false, plot = nil, eval_every = 100, sample = 300}
 local raw_args = {}
+local given = {} -- the options given on the command line, by key (lr, seed, ...)
 do
   local numeric = {steps = "int", batch = "int", lr = "num", seed = "int", threads = "int", ["eval-every"] = "int",
                    sample = "int"}
@@ -72,6 +80,7 @@ do
       raw_args[#raw_args + 1] = v
       i = i + 1
       local key = name:gsub("-", "_")
+      given[key] = true
       if numeric[name] then
         local n = tonumber(v)
         if not n or (numeric[name] == "int" and not math.tointeger(n)) then
@@ -229,8 +238,6 @@ for _, p in ipairs(model:parameters()) do n_params = n_params + p:numel() end
 print(("text: %s, %d bytes (%d train, %d held out)"):format(source, #text, #train_text, #val_text))
 print(("model: GPTModel{context_length = %d, emb_dim = %d, n_heads = %d, n_layers = %d, drop_rate = %s}, %d parameters"):format(
   cfg.context_length, cfg.emb_dim, cfg.n_heads, cfg.n_layers, tostring(cfg.drop_rate), n_params))
-print(("training: %d steps of %d x %d tokens, AdamW lr %g, seed %d, %d thread(s)"):format(opts.steps, opts.batch, T,
-  opts.lr, opts.seed, threads))
 
 -- ---- history and resume ---------------------------------------------------------
 local history = {train = {}, val_steps = {}, val = {}}
@@ -245,13 +252,57 @@ local function decode_list(s)
   return out
 end
 
+-- The checkpoint's model config against the run's: every difference, named
+-- with both values; nil when they agree.
+local function config_differences(meta)
+  local keys = {}
+  for k in pairs(cfg) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local diffs = {}
+  for _, k in ipairs(keys) do
+    local there = meta["cfg." .. k]
+    local same = there == nil or (type(cfg[k]) == "number" and tonumber(there) == cfg[k])
+      or there == tostring(cfg[k])
+    if not same then diffs[#diffs + 1] = ("%s = %s there, %s here"):format(k, there, tostring(cfg[k])) end
+  end
+  return #diffs > 0 and table.concat(diffs, "; ") or nil
+end
+
 local start = 1
 if opts.resume then
   local f = io.open(opts.checkpoint, "rb")
   if f then
     f:close()
+    -- what the checkpoint holds decides which options may differ from it (see the head of this file)
+    local okm, err, meta = pcall(attn.load_safetensors, opts.checkpoint)
+    if not okm then die(tostring(err)) end
+    meta = meta or {}
+    local diffs = config_differences(meta)
+    if diffs then
+      die(("--resume: %s was saved from another config: %s (here is --config %s); resume with the checkpoint's "
+        .. "config, or start a new run without --resume"):format(opts.checkpoint, diffs, opts.config))
+    end
+    local saved_seed = math.tointeger(tonumber(meta["extra.seed"]))
+    if given.seed and opts.seed ~= saved_seed then
+      die(("--seed %d: a resumed run continues the generator state saved in %s%s, so a seed would change nothing; "
+        .. "drop --seed, or start a new run without --resume"):format(opts.seed, opts.checkpoint,
+        saved_seed and (" (its run was seeded with " .. saved_seed .. ")") or ""))
+    end
+    local saved_step = math.tointeger(tonumber(meta["extra.step"]))
+    if saved_step and saved_step >= opts.steps then
+      print(("%s is after step %d, %s --steps %d: nothing to train (give --steps above %d to go on)"):format(
+        opts.checkpoint, saved_step, saved_step == opts.steps and "which is" or "past", opts.steps, saved_step))
+      os.exit(0)
+    end
     local ok, extra = pcall(checkpoint.load, opts.checkpoint, model, opt)
     if not ok then die(tostring(extra)) end
+    opts.seed = saved_seed or opts.seed
+    local saved_lr = opt.param_groups[1].lr
+    if given.lr and opts.lr ~= saved_lr then
+      for _, group in ipairs(opt.param_groups) do group.lr = opts.lr end
+      print(("lr %g from --lr replaces the checkpoint's %g"):format(opts.lr, saved_lr))
+    end
+    opts.lr = opt.param_groups[1].lr
     start = math.tointeger(extra.step) + 1
     history.train, history.val_steps, history.val = decode_list(extra.train), decode_list(extra.val_steps),
       decode_list(extra.val)
@@ -260,11 +311,13 @@ if opts.resume then
     print(("no checkpoint at %s yet: starting from step 1"):format(opts.checkpoint))
   end
 end
+print(("training: %d steps of %d x %d tokens, AdamW lr %g, seed %d, %d thread(s)"):format(opts.steps, opts.batch, T,
+  opts.lr, opts.seed, threads))
 
 local function save(step)
   if not opts.checkpoint then return end
-  checkpoint.save(opts.checkpoint, model, opt, {step = step, train = encode_list(history.train),
-    val_steps = encode_list(history.val_steps), val = encode_list(history.val)})
+  checkpoint.save(opts.checkpoint, model, opt, {step = step, seed = opts.seed,
+    train = encode_list(history.train), val_steps = encode_list(history.val_steps), val = encode_list(history.val)})
 end
 
 -- The bytes a training step needs, from the config alone (float32): the

@@ -45,7 +45,8 @@ end
 describe("attn.load", function()
   for _, name in ipairs({ "f4_2x3_v1", "f4_2x3_v2", "f4_2x3_v3", "f4_vec", "f4_scalar", "f4_empty", "f4_4d",
                           "f4_special", "f8_3x2", "f4_saved_from_view", "i8_2x3", "i4_vec", "i2_2x2", "i1_vec",
-                          "u1_2x3", "b1_2x2", "f2_special", "i8_empty", "i4_scalar" }) do
+                          "u1_2x3", "b1_2x2", "f2_special", "i8_empty", "i4_scalar", "f4_fortran_3x4",
+                          "f4_fortran_2x3x4", "i8_fortran_3x2", "f8_fortran_2x3" }) do
     it("reads NumPy's " .. name .. ".npy", function()
       check_exact(attn.load(DIR .. name .. ".npy"), expected[name])
     end)
@@ -80,8 +81,39 @@ describe("attn.load", function()
     assert.tensor_equal(t, { { -1, -0.5, 0 }, { 0.5, 1, 1.5 } }) -- hand-computed: arange(6) * 0.5 - 1
   end)
 
+  it("reads a Fortran-order file (np.save of PyTorch's t.t().numpy()) into a C-order tensor of its values", function()
+    local raw_bytes = raw(DIR .. "f4_fortran_3x4.npy")
+    assert.is_truthy(raw_bytes:find("'fortran_order': True", 1, true)) -- NumPy wrote it in Fortran order
+    local t = attn.load(DIR .. "f4_fortran_3x4.npy")
+    assert.are.same({ 3, 4 }, t:size())
+    assert.is_true(t:is_contiguous())
+    -- the file's data is the [4, 3] array it was transposed from, in C order:
+    -- element [i, j] of the result is the file's (j - 1) * 3 + i-th value
+    local header_end = raw_bytes:find("\n", 1, true)
+    for i = 1, 3 do
+      for j = 1, 4 do
+        local at = header_end + ((j - 1) * 3 + (i - 1)) * 4
+        local v = string.unpack("<f", raw_bytes, at + 1)
+        assert.are.equal(v, t[i][j], ("element [%d, %d]"):format(i, j))
+      end
+    end
+    -- integers, converted while scattered (hand-written values)
+    assert.are.same({ { 1, -2 }, { 3, 2 ^ 24 }, { -5, 6 } }, attn.load(DIR .. "i8_fortran_3x2.npy"):totable())
+  end)
+
+  it("saves what it loaded from a Fortran-order file in C order, as np.ascontiguousarray would", function()
+    local path = tmpname()
+    local t = attn.load(DIR .. "f4_fortran_2x3x4.npy")
+    attn.save(t, path)
+    local bytes = raw(path)
+    assert.is_truthy(bytes:find("'fortran_order': False, 'shape': (2, 3, 4), }", 1, true))
+    check_exact(attn.load(path), expected.f4_fortran_2x3x4)
+    os.remove(path)
+  end)
+
   local bad = {
-    { "bad_fortran.npy", "Fortran-order arrays are not supported" },
+    { "bad_fortran_int64_2p24plus1.npy", "element [1, 3] holds the int64 value 16777217, which float32 cannot hold "
+      .. "exactly" },
     { "bad_uint32.npy", "dtype '<u4' is not supported (expected one of '<f4' '<f8' '<f2' '<i8' '<i4' '<i2' '|i1' '|u1' '|b1')" },
     { "bad_complex64.npy", "dtype '<c8' is not supported" },
     { "bad_bigendian_int.npy", "big-endian dtype '>i4' is not supported" },

@@ -120,6 +120,76 @@ describe("scripts/train_gpt.lua", function()
     assert.is_truthy(out:find("saved from another config: emb_dim = 16 there, 32 here", 1, true), out)
   end)
 
+  it("--resume with --lr applies the new rate and says so; without --lr the checkpoint's rate goes on", function()
+    local path = dir .. "/lr.safetensors"
+    local code, out = run(tiny("--steps 2 --sample 0 --lr 0.002 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    local _, meta = attn.load_safetensors(path)
+    assert.are.equal(0.002, tonumber(meta["optim.group.1.lr"]))
+    -- no --lr: the checkpoint's 0.002, not the default 0.003
+    code, out = run(tiny("--steps 3 --sample 0 --resume --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("AdamW lr 0.002, seed 123", 1, true), out)
+    assert.is_falsy(out:find("replaces", 1, true), out)
+    _, meta = attn.load_safetensors(path)
+    assert.are.equal(0.002, tonumber(meta["optim.group.1.lr"]))
+    -- --lr given: applied from the resumed step on, and the checkpoint then holds it
+    code, out = run(tiny("--steps 4 --sample 0 --lr 0.0005 --resume --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("lr 0.0005 from --lr replaces the checkpoint's 0.002", 1, true), out)
+    assert.is_truthy(out:find("AdamW lr 0.0005, seed 123", 1, true), out)
+    _, meta = attn.load_safetensors(path)
+    assert.are.equal(0.0005, tonumber(meta["optim.group.1.lr"]))
+    assert.are.equal("4", meta["extra.step"])
+  end)
+
+  it("--resume refuses model sizes other than the checkpoint's, naming both values", function()
+    local path = dir .. "/sizes.safetensors"
+    local code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    for _, case in ipairs({
+      {"context_length=32,emb_dim=16,n_layers=1", "context_length = 16 there, 32 here"},
+      {"context_length=16,emb_dim=16,n_layers=2", "n_layers = 1 there, 2 here"},
+      {"context_length=16,emb_dim=16,n_layers=1,n_heads=4", "n_heads = 2 there, 4 here"},
+      {"context_length=16,emb_dim=32,n_layers=3", "emb_dim = 16 there, 32 here; n_layers = 1 there, 3 here"},
+    }) do
+      code, out = run(("--text %s --config tiny,%s --steps 4 --sample 0 --resume --checkpoint %s"):format(text,
+        case[1], path))
+      assert.are.equal(2, code, out)
+      assert.is_truthy(out:find("--resume: " .. path .. " was saved from another config: " .. case[2], 1, true), out)
+    end
+    local _, meta = attn.load_safetensors(path)
+    assert.are.equal("2", meta["extra.step"]) -- untouched
+  end)
+
+  it("--resume refuses a --seed other than the checkpoint's run's (its generator state is restored)", function()
+    local path = dir .. "/seed.safetensors"
+    local code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    code, out = run(tiny("--steps 4 --sample 0 --seed 7 --resume --checkpoint " .. path))
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("--seed 7: a resumed run continues the generator state saved in " .. path
+      .. " (its run was seeded with 123), so a seed would change nothing", 1, true), out)
+    code, out = run(tiny("--steps 3 --sample 0 --seed 123 --resume --checkpoint " .. path)) -- its own seed: fine
+    assert.are.equal(0, code, out)
+  end)
+
+  it("--resume with --steps at or below the checkpoint's step says so and exits with status 0", function()
+    local path = dir .. "/steps.safetensors"
+    local code, out = run(tiny("--steps 4 --sample 0 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    code, out = run(tiny("--steps 2 --sample 0 --resume --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find(path .. " is after step 4, past --steps 2: nothing to train (give --steps above 4 to go on)",
+      1, true), out)
+    assert.is_falsy(out:find("training:", 1, true), out)
+    code, out = run(tiny("--steps 4 --sample 0 --resume --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("is after step 4, which is --steps 4: nothing to train", 1, true), out)
+    local _, meta = attn.load_safetensors(path)
+    assert.are.equal("4", meta["extra.step"])
+  end)
+
   it("rejects bad options with exit status 2, naming them", function()
     for _, case in ipairs({
       {"--steps 0", "--steps: expected at least 1"},

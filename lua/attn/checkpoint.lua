@@ -18,12 +18,13 @@
 -- only after every check passed).
 -- @module attn.checkpoint
 local attn = require "attn"
+local caller = require "attn.caller"
 
 local M = {}
 local FORMAT = "attn-checkpoint-1"
 
 local function fail(fname, fmt, ...)
-  error(("attn.checkpoint.%s: " .. fmt):format(fname, ...), 3)
+  caller.error(("attn.checkpoint.%s: " .. fmt):format(fname, ...))
 end
 
 local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end

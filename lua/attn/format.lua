@@ -4,6 +4,7 @@
 -- gives the same text with PyTorch's `set_printoptions` fields as options.
 -- @module attn.format
 local core = require "attn.core"
+local caller = require "attn.caller"
 
 local Tensor_mt = core.Tensor_mt
 local floor, ceil, huge = math.floor, math.ceil, math.huge
@@ -165,19 +166,19 @@ local profiles = {
 }
 
 -- Validated options over `base`: `opts`' profile first, then its fields.
-local function merge_opts(fname, argn, opts, base, level)
+local function merge_opts(fname, argn, opts, base)
   local o = {}
   for k, v in pairs(base) do o[k] = v end
   if opts == nil then return o end
   if type(opts) ~= "table" then
-    error(fname .. ": bad argument #" .. argn .. " 'opts' (expected a table, got "
-      .. type(opts) .. ")", level)
+    caller.error(fname .. ": bad argument #" .. argn .. " 'opts' (expected a table, got "
+      .. type(opts) .. ")")
   end
   for k, v in pairs(opts) do
     local want = opt_types[k]
     if want == nil then
-      error(fname .. ": bad argument #" .. argn .. " 'opts' (unknown option '"
-        .. tostring(k) .. "'; expected precision, threshold, edgeitems, linewidth, sci_mode or profile)", level)
+      caller.error(fname .. ": bad argument #" .. argn .. " 'opts' (unknown option '"
+        .. tostring(k) .. "'; expected precision, threshold, edgeitems, linewidth, sci_mode or profile)")
     end
     local ok
     if want == "integer" then ok = math.type(v) == "integer" or (type(v) == "number" and v == floor(v))
@@ -185,13 +186,13 @@ local function merge_opts(fname, argn, opts, base, level)
     elseif want == "string" then ok = profiles[v] ~= nil
     else ok = type(v) == "boolean" end
     if not ok then
-      error(fname .. ": bad option '" .. k .. "' (expected " .. (want == "integer" and "an integer" or
+      caller.error(fname .. ": bad option '" .. k .. "' (expected " .. (want == "integer" and "an integer" or
         want == "number" and "a number" or want == "string" and "'default', 'short' or 'full'" or "a boolean")
-        .. ", got " .. tostring(v) .. ")", level)
+        .. ", got " .. tostring(v) .. ")")
     end
     if k == "precision" and v < 0 or (k == "edgeitems" or k == "linewidth") and v < 1 then
-      error(fname .. ": bad option '" .. k .. "' (expected " .. (k == "precision" and ">= 0" or ">= 1")
-        .. ", got " .. tostring(v) .. ")", level)
+      caller.error(fname .. ": bad option '" .. k .. "' (expected " .. (k == "precision" and ">= 0" or ">= 1")
+        .. ", got " .. tostring(v) .. ")")
     end
   end
   if opts.profile then
@@ -202,13 +203,13 @@ local function merge_opts(fname, argn, opts, base, level)
     elseif k ~= "profile" then o[k] = v end
   end
   if o.precision > 50 then
-    error(fname .. ": bad option 'precision' (expected <= 50, got " .. o.precision .. ")", level)
+    caller.error(fname .. ": bad option 'precision' (expected <= 50, got " .. o.precision .. ")")
   end
   return o
 end
 
 local function check_opts(opts)
-  return merge_opts("attn.format", 2, opts, M.defaults, 4)
+  return merge_opts("attn.format", 2, opts, M.defaults)
 end
 
 -- Set the print options (attn.set_printoptions, documented in init.lua) every later `tostring(t)` uses, as
@@ -219,9 +220,9 @@ end
 -- @param opts table
 function M.set_printoptions(opts)
   if opts == nil then
-    error("attn.set_printoptions: bad argument #1 'opts' (expected a table, got no value)", 2)
+    caller.error("attn.set_printoptions: bad argument #1 'opts' (expected a table, got no value)")
   end
-  local o = merge_opts("attn.set_printoptions", 1, opts, M.defaults, 3)
+  local o = merge_opts("attn.set_printoptions", 1, opts, M.defaults)
   o.sci_mode = opts.sci_mode
   M.defaults = o
 end
@@ -298,7 +299,7 @@ end
 -- @return string
 function M.format(t, opts)
   if getmetatable(t) ~= Tensor_mt then
-    error("attn.format: bad argument #1 't' (expected attn.Tensor, got " .. type(t) .. ")", 2)
+    caller.error("attn.format: bad argument #1 't' (expected attn.Tensor, got " .. type(t) .. ")")
   end
   local o = check_opts(opts)
   local prefix = "tensor("

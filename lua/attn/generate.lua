@@ -24,6 +24,7 @@
 -- as long as the probabilities agree to the bit where it matters.
 -- @module attn.generate
 local attn = require "attn"
+local caller = require "attn.caller"
 
 local FNAME = "attn.generate"
 
@@ -34,7 +35,7 @@ local function describe(v)
 end
 
 local function bad(argn, what, expected, v)
-  error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(FNAME, argn, what, expected, describe(v)), 3)
+  caller.error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(FNAME, argn, what, expected, describe(v)))
 end
 
 local function check_options(opts)
@@ -43,18 +44,18 @@ local function check_options(opts)
   local known = {temperature = "number", top_k = "number", use_cache = "boolean"}
   for k, v in pairs(opts) do
     if not known[k] then
-      error(("%s: unknown option '%s' (known: temperature, top_k, use_cache)"):format(FNAME, tostring(k)), 3)
+      caller.error(("%s: unknown option '%s' (known: temperature, top_k, use_cache)"):format(FNAME, tostring(k)))
     end
     if type(v) ~= known[k] then
-      error(("%s: bad option '%s' (expected %s, got %s)"):format(FNAME, k, known[k], describe(v)), 3)
+      caller.error(("%s: bad option '%s' (expected %s, got %s)"):format(FNAME, k, known[k], describe(v)))
     end
   end
   if opts.temperature ~= nil and not (opts.temperature >= 0 and opts.temperature < math.huge) then
-    error(("%s: bad option 'temperature' (expected a finite number >= 0, got %s)"):format(FNAME,
-      tostring(opts.temperature)), 3)
+    caller.error(("%s: bad option 'temperature' (expected a finite number >= 0, got %s)"):format(FNAME,
+      tostring(opts.temperature)))
   end
   if opts.top_k ~= nil and not (math.tointeger(opts.top_k) and opts.top_k >= 1) then
-    error(("%s: bad option 'top_k' (expected a positive integer, got %s)"):format(FNAME, tostring(opts.top_k)), 3)
+    caller.error(("%s: bad option 'top_k' (expected a positive integer, got %s)"):format(FNAME, tostring(opts.top_k)))
   end
   return opts
 end
@@ -124,13 +125,13 @@ return function(model, idx, max_new_tokens, opts)
   opts = check_options(opts)
   local vocab = model.cfg.vocab_size
   if opts.top_k and vocab and opts.top_k > vocab then
-    error(("%s: bad option 'top_k' (expected at most vocab_size = %d, got %d)"):format(FNAME, vocab, opts.top_k), 2)
+    caller.error(("%s: bad option 'top_k' (expected at most vocab_size = %d, got %d)"):format(FNAME, vocab, opts.top_k))
   end
   local ctx = math.tointeger(model.cfg.context_length)
   local use_cache = opts.use_cache
   if use_cache == nil then use_cache = type(model.reset_cache) == "function" end
   if use_cache and type(model.reset_cache) ~= "function" then
-    error(FNAME .. ": bad option 'use_cache' (the model has no KV cache: no reset_cache method)", 2)
+    caller.error(FNAME .. ": bad option 'use_cache' (the model has no KV cache: no reset_cache method)")
   end
   return attn.no_grad(function()
     local logits

@@ -4,6 +4,8 @@
 -- the Lua layer into one table.
 -- @module attn
 local core = require "attn.core"
+-- errors raised below the user's call point at the user's line (C and Lua alike)
+local caller = require "attn.caller"
 
 local attn = {}
 for name, fn in pairs(core) do
@@ -35,14 +37,14 @@ end
 -- Extra arguments are a mistake, never silently ignored (as attnL_check_nargs).
 local function check_nargs(fname, max, n)
   if n > max then
-    error(("%s: bad argument #%d (no more than %d argument%s expected, got %d)"):format(fname, max + 1, max,
-      max == 1 and "" or "s", n), 3)
+    caller.error(("%s: bad argument #%d (no more than %d argument%s expected, got %d)"):format(fname, max + 1, max,
+      max == 1 and "" or "s", n))
   end
 end
 
 local function check_tensor(x, fname, argn, what)
   if getmetatable(x) ~= mt then
-    error(("%s: bad argument #%d '%s' (expected attn.Tensor, got %s)"):format(fname, argn, what, type_name(x)), 3)
+    caller.error(("%s: bad argument #%d '%s' (expected attn.Tensor, got %s)"):format(fname, argn, what, type_name(x)))
   end
 end
 
@@ -69,14 +71,14 @@ end
 function attn.allclose(...)
   local a, b, rtol, atol = ...
   check_nargs("attn.allclose", 4, select("#", ...))
-  if not attn.is_tensor(a) then error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")", 2) end
-  if not attn.is_tensor(b) then error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")", 2) end
+  if not attn.is_tensor(a) then caller.error("attn.allclose: bad argument #1 'a' (expected attn.Tensor, got " .. type(a) .. ")") end
+  if not attn.is_tensor(b) then caller.error("attn.allclose: bad argument #2 'b' (expected attn.Tensor, got " .. type(b) .. ")") end
   rtol, atol = rtol or 1e-5, atol or 1e-8
-  if type(rtol) ~= "number" then error("attn.allclose: bad argument #3 'rtol' (expected a number, got " .. type(rtol) .. ")", 2) end
-  if type(atol) ~= "number" then error("attn.allclose: bad argument #4 'atol' (expected a number, got " .. type(atol) .. ")", 2) end
+  if type(rtol) ~= "number" then caller.error("attn.allclose: bad argument #3 'rtol' (expected a number, got " .. type(rtol) .. ")") end
+  if type(atol) ~= "number" then caller.error("attn.allclose: bad argument #4 'atol' (expected a number, got " .. type(atol) .. ")") end
   local okd, diff = pcall(attn.sub, a, b)
   if not okd then -- the real cause (shapes that do not broadcast, out of memory), under allclose's name
-    error("attn.allclose: " .. tostring(diff):gsub("^.-attn%.sub: ", ""), 2)
+    caller.error("attn.allclose: " .. tostring(diff):gsub("^.-attn%.sub: ", ""))
   end
   -- as torch.isclose: equal values (infinities included) are close, else a
   -- finite |a - b| within atol + rtol * |b|
@@ -104,7 +106,7 @@ local function as_shape_of(fname, method, t, other)
   check_tensor(other, fname, 2, "other")
   local ok, res = pcall(Tensor[method], t, other:size())
   if not ok then
-    error(fname .. ": " .. tostring(res):gsub("^.-Tensor:" .. method .. ": ", ""), 3)
+    caller.error(fname .. ": " .. tostring(res):gsub("^.-Tensor:" .. method .. ": ", ""))
   end
   return res
 end
@@ -145,13 +147,13 @@ local function with_creation_opts(fname, create)
     if n >= 1 and type(last) == "table" and getmetatable(last) == nil and next(last) ~= nil and rawget(last, 1) == nil then
       for k in pairs(last) do
         if k ~= "requires_grad" then
-          error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected requires_grad)"):format(fname, n,
-            tostring(k)), 2)
+          caller.error(("%s: bad argument #%d 'opts' (unknown option '%s'; expected requires_grad)"):format(fname, n,
+            tostring(k)))
         end
       end
       local rg = last.requires_grad
       if rg ~= nil and type(rg) ~= "boolean" then
-        error(("%s: bad argument #%d 'opts' (requires_grad must be a boolean, got %s)"):format(fname, n, type(rg)), 2)
+        caller.error(("%s: bad argument #%d 'opts' (requires_grad must be a boolean, got %s)"):format(fname, n, type(rg)))
       end
       local t = create(table.unpack({ ... }, 1, n - 1))
       if rg then autograd.requires_grad_(t, true) end

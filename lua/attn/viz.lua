@@ -14,6 +14,7 @@
 -- attn's init.lua loads this file while it builds the module: take the
 -- tensor metatable from the core rather than requiring "attn" (a loop).
 local core = require "attn.core"
+local caller = require "attn.caller"
 
 local viz = {}
 
@@ -22,7 +23,7 @@ local function is_tensor(x) return getmetatable(x) == core.Tensor_mt end
 -- ---- shared helpers ------------------------------------------------------
 
 local function fail(fname, fmt, ...)
-  error(fname .. ": " .. string.format(fmt, ...), 3)
+  caller.error(fname .. ": " .. string.format(fmt, ...))
 end
 
 local function shape_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" end

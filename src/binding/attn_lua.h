@@ -40,6 +40,9 @@ attn_tensor *attnL_push_contiguous(lua_State *L, int arg, const char *fname);
 /* Raise the core's last error: "fname: message". */
 int attnL_core_error(lua_State *L, const char *fname);
 /* luaL_error with "fname: " in front. */
+/* Push the position of the user's call ("file:line: ", or "" when unknown),
+ * skipping the frames of the Lua layer, as luaL_where does for one level. */
+void attnL_where(lua_State *L);
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...);
 
 /* Raise "fname: bad argument #(max+1) (no more than max arguments expected, got n)":

@@ -18,15 +18,13 @@ static const char *fname_at(lua_State *L, int arg, const char *dflt) {
   return lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : dflt;
 }
 
-/* Raise "fname: message". Called with a public fname by the Lua layer, the
- * message has no position (it would be one inside attn's Lua files); called
- * directly (fname is the raw name, "attn.core.train.*"), the caller's position
- * comes first, as attnL_error's. */
+/* Raise "fname: message" at the user's call, as attnL_error: called by the
+ * Lua layer (with a public fname) or directly (the raw "attn.core.train.*"
+ * name), the position is the user's line, never one inside attn's Lua files. */
 static int train_error(lua_State *L, const char *fname, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  if (strncmp(fname, "attn.core.train.", 16) == 0) luaL_where(L, 1);
-  else lua_pushliteral(L, "");
+  attnL_where(L);
   lua_pushfstring(L, "%s: ", fname);
   lua_pushvfstring(L, fmt, ap);
   va_end(ap);

@@ -58,25 +58,36 @@ const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len) {
   return type;
 }
 
-/* luaL_where for the user's code: the first caller that is not one of the
- * autograd layer's wrappers (the Lua files under attn/autograd/), which stand between the
- * user's call and most C functions; an error then points at the user's line,
- * as when the C function is called directly. */
-static void where_of_caller(lua_State *L) {
+/* luaL_where for the user's code: the first caller that is not a Lua
+ * function of the Lua layer, which stands between the user's call and many C
+ * functions; an error then points at the user's line, as when the C function
+ * is called directly. The layer's files are known by the source prefix that
+ * lua/attn/caller.lua registers (the autograd wrappers by their folder, even
+ * before that). A C caller such as pcall ends the walk: what it catches is
+ * the catcher's to word, and the position is left out ("" from luaL_where). */
+static int is_layer_source(const char *source, const char *prefix, size_t plen) {
+  if (strstr(source, "attn/autograd/") != NULL) return 1;
+  return prefix != NULL && strncmp(source, prefix, plen) == 0;
+}
+
+void attnL_where(lua_State *L) {
   lua_Debug ar;
-  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+  size_t plen = 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, "attn.lua_source_prefix");
+  const char *prefix = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &plen) : NULL;
+  int level = 1;
+  for (; lua_getstack(L, level, &ar); level++) {
     if (!lua_getinfo(L, "S", &ar)) break;
-    if (ar.what[0] == 'L' && strstr(ar.source, "attn/autograd/") != NULL) continue;
-    luaL_where(L, level);
-    return;
+    if (ar.what[0] == 'C' || !is_layer_source(ar.source, prefix, plen)) break;
   }
-  lua_pushliteral(L, "");
+  lua_pop(L, 1); /* the prefix: the strings compared above are no longer used */
+  luaL_where(L, level);
 }
 
 int attnL_error(lua_State *L, const char *fname, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  where_of_caller(L);
+  attnL_where(L);
   lua_pushfstring(L, "%s: ", fname);
   lua_pushvfstring(L, fmt, ap);
   va_end(ap);

@@ -197,9 +197,7 @@ attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, si
                      "save it with arr.astype('<f4'))", path, descr, SUPPORTED);
   else
     return attn_fail(ATTN_EARG, "'%s': dtype '%s' is not supported (expected one of %s)", path, descr, SUPPORTED);
-  if (fortran)
-    return attn_fail(ATTN_EARG, "'%s': Fortran-order arrays are not supported (save np.ascontiguousarray(arr))",
-                     path);
+  info->fortran_order = fortran;
 
   char sbuf[256];
   attn_status sst = attn_numel_checked(info->ndim, info->size, &info->numel);
@@ -254,14 +252,51 @@ static attn_status data_ends_early(const char *path) {
   return attn_fail(ATTN_EARG, "'%s' is truncated: the data ends early (the file shrank while it was read)", path);
 }
 
+/* Where the elements of a Fortran-order file go in the C-order result: the
+ * file's order walks the first index fastest, an odometer over the dims
+ * gives each element's C-order offset. */
+typedef struct fortran_walk {
+  int ndim;
+  const int64_t *size;
+  int64_t idx[ATTN_MAX_DIMS];
+  int64_t stride[ATTN_MAX_DIMS]; /* C-order strides */
+  int64_t offset;                /* C-order offset of the element at idx */
+} fortran_walk;
+
+static void fortran_walk_init(fortran_walk *w, int ndim, const int64_t *size) {
+  w->ndim = ndim;
+  w->size = size;
+  w->offset = 0;
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    w->idx[d] = 0;
+    w->stride[d] = stride;
+    stride *= size[d];
+  }
+}
+
+static void fortran_walk_next(fortran_walk *w) {
+  for (int d = 0; d < w->ndim; d++) {
+    w->offset += w->stride[d];
+    if (++w->idx[d] < w->size[d]) return;
+    w->offset -= w->idx[d] * w->stride[d];
+    w->idx[d] = 0;
+  }
+}
+
 attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out) {
   int64_t off = info->data_offset;
   int le = attn_host_is_little_endian();
   int64_t item = attn_elem_size(info->dtype);
+  /* with one dim (or none) both orders are the same */
+  int scatter = info->fortran_order && info->ndim > 1;
+  fortran_walk walk;
+  fortran_walk_init(&walk, info->ndim, info->size);
   unsigned char raw[CHUNK * 8];
+  float conv[CHUNK];
   for (int64_t done = 0; done < info->numel;) {
     size_t n = (size_t)(info->numel - done < CHUNK ? info->numel - done : CHUNK);
-    if (info->dtype == ATTN_ELEM_F32 && le) { /* straight into place, all at once */
+    if (info->dtype == ATTN_ELEM_F32 && le && !scatter) { /* straight into place, all at once */
       size_t bytes = (size_t)(info->numel - done) * 4;
       int64_t got = attn_read_at(fd, out + done, bytes, off);
       if (got < 0) return file_error(path, "read");
@@ -271,12 +306,22 @@ attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *in
     int64_t got = attn_read_at(fd, raw, n * (size_t)item, off);
     if (got < 0) return file_error(path, "read");
     if ((size_t)got < n * (size_t)item) return data_ends_early(path);
-    int64_t bad_value, bad = attn_elem_to_f32(info->dtype, raw, (int64_t)n, out + done, &bad_value);
+    float *dst = scatter ? conv : out + done;
+    int64_t bad_value, bad = attn_elem_to_f32(info->dtype, raw, (int64_t)n, dst, &bad_value);
+    int64_t bad_at = done + bad; /* the C-order position of the bad element, for the message */
+    if (scatter) {
+      int64_t upto = bad >= 0 ? bad : (int64_t)n;
+      for (int64_t i = 0; i < upto; i++) {
+        out[walk.offset] = conv[i];
+        fortran_walk_next(&walk);
+      }
+      bad_at = walk.offset;
+    }
     if (bad >= 0) {
       char at[200];
       return attn_fail(ATTN_EARG, "'%s': element %s holds the %s value %lld, which float32 cannot hold exactly "
                        "(integers load only while |x| <= 2^24 = 16777216)", path,
-                       attn_elem_index_str(info->ndim, info->size, done + bad, at, sizeof at),
+                       attn_elem_index_str(info->ndim, info->size, bad_at, at, sizeof at),
                        attn_elem_name(info->dtype), (long long)bad_value);
     }
     done += (int64_t)n;

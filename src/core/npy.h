@@ -2,8 +2,11 @@
  * and writer, no Lua. Little-endian float32 ('<f4') is read and written;
  * '<f8' '<f2' '<i8' '<i4' '<i2' '|i1' '|u1' '|b1' are read and converted to
  * float32 (elemtype.h: integers exactly; an integer past 2^24 in magnitude
- * is an error naming the file, the element and the value). Arrays must be
- * in C order. Every malformed file is an ATTN_EARG naming the path.
+ * is an error naming the file, the element and the value). Arrays in C
+ * order and in Fortran order (what np.save writes for a transposed array,
+ * such as PyTorch's t.t().numpy()) are read; the result is always in C order,
+ * and saving writes C order. Every malformed file is an ATTN_EARG naming the
+ * path.
  *
  * Loading reads through one file descriptor (so a file replaced by rename
  * meanwhile is read whole, old or new): attn_npy_open() opens it,
@@ -27,6 +30,7 @@ typedef struct attn_npy_info {
   int64_t size[ATTN_MAX_DIMS];
   int64_t numel;
   int64_t data_offset;       /* bytes from the file start to the first element */
+  int fortran_order;         /* the elements are stored with the first index varying fastest */
 } attn_npy_info;
 
 /* Open the .npy file at path for reading: *fd and its size; a message naming
@@ -39,8 +43,8 @@ attn_status attn_npy_read_header(const char *path, int fd, int64_t file_size, at
  * or -1 when unknown (then the data length is not checked). */
 attn_status attn_npy_parse_header(const char *path, const unsigned char *buf, size_t len, int64_t file_size,
                                   attn_npy_info *info);
-/* Read info->numel elements of the file open as fd, described by info, into out (float32); ATTN_EARG for
- * an integer that float32 cannot hold exactly. */
+/* Read info->numel elements of the file open as fd, described by info, into out (float32, C order
+ * whatever info->fortran_order); ATTN_EARG for an integer that float32 cannot hold exactly. */
 attn_status attn_npy_read_data(const char *path, int fd, const attn_npy_info *info, float *out);
 /* Write t (any strides) to path as a version 1.0 C-order .npy file: '<f4',
  * or '|b1' for a bool tensor. */

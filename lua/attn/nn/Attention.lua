@@ -8,6 +8,7 @@
 -- notebook); softmax over col_dim; times v.
 -- @classmod attn.nn.Attention
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
@@ -24,8 +25,7 @@ function Attention:init(d_model, opts)
   for _, key in ipairs { "row_dim", "col_dim" } do
     local d = self[key]
     if math.tointeger(d) == nil or d == 0 then
-      error(("attn.nn.Attention: bad option '%s' (expected a nonzero integer dim, got %s)"):format(key, tostring(d)),
-        checks.CTOR_LEVEL - 1)
+      caller.error(("attn.nn.Attention: bad option '%s' (expected a nonzero integer dim, got %s)"):format(key, tostring(d)))
     end
   end
   self:add_module("W_q", Linear(self.d_model, self.d_model, { bias = false }))
@@ -39,7 +39,7 @@ local function guarded(what, fn, ...)
   local ok, res = pcall(fn, ...)
   if not ok then
     local msg = tostring(res):gsub("^[^:\n]*:%d+: ", "")
-    error(("Attention:forward: %s: %s"):format(what, msg), 3)
+    caller.error(("Attention:forward: %s: %s"):format(what, msg))
   end
   return res
 end
@@ -50,13 +50,13 @@ function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, ma
   checks.input(C, encodings_for_k, "encodings_for_k", self.d_model, 1, 8, "d_model")
   checks.input(C, encodings_for_v, "encodings_for_v", self.d_model, 1, 8, "d_model")
   if mask ~= nil and not attn.is_tensor(mask) then
-    error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")", 2)
+    caller.error("Attention:forward: bad argument 'mask' (expected attn.Tensor, got " .. type(mask) .. ")")
   end
   if mask ~= nil then
     local kind, where = mask_kind(mask)
     if not kind then -- e.g. an ALiBi table: masked_fill would hide every nonzero
-      error(("Attention:forward: bad argument 'mask' (must hold only 0 and 1 (nonzero = hidden), got %s)"):format(
-        where), 2)
+      caller.error(("Attention:forward: bad argument 'mask' (must hold only 0 and 1 (nonzero = hidden), got %s)"):format(
+        where))
     end
   end
   local q = self.W_q(encodings_for_q)
@@ -66,7 +66,7 @@ function Attention:forward(encodings_for_q, encodings_for_k, encodings_for_v, ma
   for _, key in ipairs { "row_dim", "col_dim" } do
     local d = self[key]
     if d > nd or d < -nd then
-      error(("Attention:forward: %s = %d is out of range for keys of shape %s"):format(key, d, checks.shape(k)), 2)
+      caller.error(("Attention:forward: %s = %d is out of range for keys of shape %s"):format(key, d, checks.shape(k)))
     end
   end
   local kt = k:transpose(self.row_dim, self.col_dim)

@@ -3,6 +3,7 @@
 -- logits [..., C] against 1-based class ids [...].
 -- @classmod attn.nn.CrossEntropyLoss
 local Module = require "attn.nn.Module"
+local caller = require "attn.caller"
 local checks = require "attn.nn.checks"
 local F = require "attn.nn.functional"
 
@@ -13,13 +14,12 @@ function CrossEntropyLoss:init(opts)
     {ignore_index = "number", reduction = "string", label_smoothing = "number"})
   local r = opts.reduction or "mean"
   if r ~= "mean" and r ~= "sum" and r ~= "none" then
-    error(("attn.nn.CrossEntropyLoss: bad option 'reduction' (expected \"mean\", \"sum\" or \"none\", got %q)"):format(r),
-      checks.CTOR_LEVEL)
+    caller.error(("attn.nn.CrossEntropyLoss: bad option 'reduction' (expected \"mean\", \"sum\" or \"none\", got %q)"):format(r))
   end
   local ls = opts.label_smoothing or 0
   if not (ls >= 0 and ls <= 1) then
-    error(("attn.nn.CrossEntropyLoss: bad option 'label_smoothing' (expected a number in [0, 1], got %s)"):format(
-      tostring(ls)), checks.CTOR_LEVEL)
+    caller.error(("attn.nn.CrossEntropyLoss: bad option 'label_smoothing' (expected a number in [0, 1], got %s)"):format(
+      tostring(ls)))
   end
   self.ignore_index, self.reduction, self.label_smoothing = opts.ignore_index or -100, r, ls
 end

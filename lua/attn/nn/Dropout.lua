@@ -4,6 +4,7 @@
 -- forward returns its input itself.
 -- @classmod attn.nn.Dropout
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 
 local Dropout = Module:extend("Dropout")
@@ -11,8 +12,8 @@ local Dropout = Module:extend("Dropout")
 function Dropout:init(p)
   if p == nil then p = 0.5 end
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
-    error("attn.nn.Dropout: dropout probability has to be between 0 and 1, but got "
-          .. (type(p) == "number" and tostring(p) or type(p)), 3)
+    caller.error("attn.nn.Dropout: dropout probability has to be between 0 and 1, but got "
+          .. (type(p) == "number" and tostring(p) or type(p)))
   end
   self.p = p
   self.inplace = false

@@ -5,6 +5,7 @@
 -- cfg needs `emb_dim` (see nn.GPTModel for the whole config).
 -- @classmod attn.nn.FeedForward
 local Module = require "attn.nn.Module"
+local caller = require "attn.caller"
 local Linear = require "attn.nn.Linear"
 local GELU = require "attn.nn.GELU"
 local Sequential = require "attn.nn.Sequential"
@@ -14,8 +15,7 @@ local FeedForward = Module:extend("FeedForward")
 
 function FeedForward:init(cfg)
   if type(cfg) ~= "table" then
-    error(("attn.nn.FeedForward: bad argument #1 'cfg' (expected a table with emb_dim, got %s)"):format(type(cfg)),
-      checks.CTOR_LEVEL)
+    caller.error(("attn.nn.FeedForward: bad argument #1 'cfg' (expected a table with emb_dim, got %s)"):format(type(cfg)))
   end
   local d = checks.positive_integer("FeedForward", cfg.emb_dim, 1, "cfg.emb_dim")
   self.emb_dim = d

@@ -3,6 +3,7 @@
 -- the book's GELU), as torch.nn.GELU.
 -- @classmod attn.nn.GELU
 local Module = require "attn.nn.Module"
+local caller = require "attn.caller"
 local checks = require "attn.nn.checks"
 local F = require "attn.nn.functional"
 
@@ -12,7 +13,7 @@ function GELU:init(opts)
   opts = checks.options("GELU", opts, 1, {approximate = "string"})
   local a = opts.approximate or "none"
   if a ~= "none" and a ~= "tanh" then
-    error(("attn.nn.GELU: bad option 'approximate' (expected \"none\" or \"tanh\", got %q)"):format(a), checks.CTOR_LEVEL)
+    caller.error(("attn.nn.GELU: bad option 'approximate' (expected \"none\" or \"tanh\", got %q)"):format(a))
   end
   self.approximate = a
 end

@@ -16,6 +16,7 @@
 -- forward over the whole sequence. See attn.generate.
 -- @classmod attn.nn.GPTModel
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Embedding = require "attn.nn.Embedding"
 local Dropout = require "attn.nn.Dropout"
@@ -31,7 +32,7 @@ local CFG_KEYS = {vocab_size = true, context_length = true, emb_dim = true, n_he
                   drop_rate = true, qkv_bias = true}
 
 local function bad_cfg(fmt, ...)
-  error(("attn.nn.GPTModel: bad argument #1 'cfg' (" .. fmt .. ")"):format(...), checks.CTOR_LEVEL + 1)
+  caller.error(("attn.nn.GPTModel: bad argument #1 'cfg' (" .. fmt .. ")"):format(...))
 end
 
 -- every key known, each of its type and range, emb_dim divisible by n_heads
@@ -94,12 +95,12 @@ local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 -- idx must be [b, n] (n >= 1); its values are checked by the embedding (integers in 1..vocab_size)
 local function check_ids(idx)
   if not attn.is_tensor(idx) then
-    error(("GPTModel:forward: bad argument #1 'idx' (expected an attn.Tensor [batch, tokens] of 1-based token ids, "
-      .. "got %s)"):format(type(idx)), 3)
+    caller.error(("GPTModel:forward: bad argument #1 'idx' (expected an attn.Tensor [batch, tokens] of 1-based token ids, "
+      .. "got %s)"):format(type(idx)))
   end
   if idx:dim() ~= 2 or idx:size(2) < 1 or idx:size(1) < 1 then
-    error(("GPTModel:forward: bad argument #1 'idx' (expected shape [batch, tokens] with both >= 1, got %s)"):format(
-      shape(idx)), 3)
+    caller.error(("GPTModel:forward: bad argument #1 'idx' (expected shape [batch, tokens] with both >= 1, got %s)"):format(
+      shape(idx)))
   end
 end
 
@@ -112,23 +113,23 @@ function GPTModel:forward(idx, opts)
   local start = use_cache and self.cache_len or 0
   if start + n > self.cfg.context_length then
     if use_cache then
-      error(("GPTModel:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
-        start, n, self.cfg.context_length), 2)
+      caller.error(("GPTModel:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
+        start, n, self.cfg.context_length))
     end
-    error(("GPTModel:forward: idx has %d tokens (shape %s), more than context_length = %d"):format(
-      n, shape(idx), self.cfg.context_length), 2)
+    caller.error(("GPTModel:forward: idx has %d tokens (shape %s), more than context_length = %d"):format(
+      n, shape(idx), self.cfg.context_length))
   end
   if use_cache and start > 0 and self.cache_batch ~= b then
-    error(("GPTModel:forward: the KV cache holds a batch of %d, got idx of shape %s (call reset_cache() first)"):format(
-      self.cache_batch, shape(idx)), 2)
+    caller.error(("GPTModel:forward: the KV cache holds a batch of %d, got idx of shape %s (call reset_cache() first)"):format(
+      self.cache_batch, shape(idx)))
   end
   -- tokens (b, n, emb) + positions (n, emb), broadcast over the batch
   local positions = attn.arange(start + 1, start + n + 1)
   local ok, tokens = pcall(self.tok_emb, idx)
   if not ok then
     -- "Embedding:forward: ids[3] = 1.5 is not an integer token id" names idx here
-    error(("GPTModel:forward: bad argument #1 'idx' (%s)"):format(
-      (tostring(tokens):gsub("^.-Embedding:forward: ", ""))), 2)
+    caller.error(("GPTModel:forward: bad argument #1 'idx' (%s)"):format(
+      (tostring(tokens):gsub("^.-Embedding:forward: ", ""))))
   end
   local x = tokens + self.pos_emb(positions)
   x = self.drop_emb(x)

@@ -20,6 +20,7 @@
 -- loads with strict = false (they are recomputed here).
 -- @classmod attn.nn.GroupedQueryAttention
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
@@ -29,7 +30,7 @@ local GQA = Module:extend("GroupedQueryAttention")
 local C = "GroupedQueryAttention"
 
 local function ctor_error(fmt, ...)
-  error(("attn.nn.GroupedQueryAttention: " .. fmt):format(...), checks.CTOR_LEVEL - 1)
+  caller.error(("attn.nn.GroupedQueryAttention: " .. fmt):format(...))
 end
 
 function GQA:init(d_in, d_out, context_length, num_heads, num_kv_groups, opts)

@@ -4,6 +4,7 @@
 -- Parameters (with elementwise_affine): `weight` (ones), `bias` (zeros) of shape normalized_shape.
 -- @classmod attn.nn.LayerNorm
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local checks = require "attn.nn.checks"
 local F = require "attn.nn.functional"
@@ -19,7 +20,7 @@ function LayerNorm:init(normalized_shape, opts)
   opts = checks.options("LayerNorm", opts, 2, {eps = "number", elementwise_affine = "boolean"})
   local eps = opts.eps or 1e-5
   if not (eps >= 0) then
-    error(("attn.nn.LayerNorm: bad option 'eps' (expected a number >= 0, got %s)"):format(tostring(eps)), checks.CTOR_LEVEL)
+    caller.error(("attn.nn.LayerNorm: bad option 'eps' (expected a number >= 0, got %s)"):format(tostring(eps)))
   end
   self.normalized_shape, self.eps = shape, eps
   self.elementwise_affine = opts.elementwise_affine ~= false

@@ -5,6 +5,7 @@
 -- attn.manual_seed the weights are the same bits as PyTorch's.
 -- @classmod attn.nn.Linear
 local attn = require "attn"
+local caller = require "attn.caller"
 local linear = require("attn.autograd.attention").linear
 local Module = require "attn.nn.Module"
 
@@ -12,13 +13,13 @@ local Linear = Module:extend("Linear")
 
 local function check_width(v, what, argn)
   if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v) and v == v) then
-    error(("attn.nn.Linear: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
-      argn, what, type(v) == "number" and tostring(v) or type(v)), 4)
+    caller.error(("attn.nn.Linear: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
+      argn, what, type(v) == "number" and tostring(v) or type(v)))
   end
   v = math.tointeger(v)
   if not v or v < 1 then
-    error(("attn.nn.Linear: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
-      argn, what, tostring(v)), 4)
+    caller.error(("attn.nn.Linear: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
+      argn, what, tostring(v)))
   end
   return v
 end
@@ -29,12 +30,12 @@ function Linear:init(in_features, out_features, opts)
   local bias = true
   if opts ~= nil then
     if type(opts) ~= "table" then
-      error("attn.nn.Linear: bad argument #3 'opts' (expected a table such as {bias = false}, got "
-            .. type(opts) .. ")", 3)
+      caller.error("attn.nn.Linear: bad argument #3 'opts' (expected a table such as {bias = false}, got "
+            .. type(opts) .. ")")
     end
     if opts.bias ~= nil then
       if type(opts.bias) ~= "boolean" then
-        error("attn.nn.Linear: bad option 'bias' (expected boolean, got " .. type(opts.bias) .. ")", 3)
+        caller.error("attn.nn.Linear: bad option 'bias' (expected boolean, got " .. type(opts.bias) .. ")")
       end
       bias = opts.bias
     end
@@ -55,12 +56,12 @@ end
 --- x [..., in_features] -> [..., out_features].
 function Linear:forward(x)
   if not attn.is_tensor(x) then
-    error("Linear:forward: bad argument #1 'input' (expected attn.Tensor, got " .. type(x) .. ")", 2)
+    caller.error("Linear:forward: bad argument #1 'input' (expected attn.Tensor, got " .. type(x) .. ")")
   end
   local n = x:dim()
   if n == 0 or x:size(n) ~= self.in_features then
-    error(("Linear:forward: input of shape [%s] does not end in in_features = %d"):format(
-      table.concat(x:size(), ", "), self.in_features), 2)
+    caller.error(("Linear:forward: input of shape [%s] does not end in in_features = %d"):format(
+      table.concat(x:size(), ", "), self.in_features))
   end
   return linear(x, self.weight, self.bias)
 end

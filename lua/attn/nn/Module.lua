@@ -38,6 +38,7 @@
 -- m:state_dict_keys().
 -- @classmod attn.nn.Module
 local core = require "attn.core"
+local caller = require "attn.caller"
 local autograd = require "attn.autograd"
 
 local tensor_mt = core.Tensor_mt
@@ -66,7 +67,7 @@ local function class_name(m)
 end
 
 local function fail(m, method, fmt, ...)
-  error(("%s:%s: " .. fmt):format(class_name(m), method, ...), 3)
+  caller.error(("%s:%s: " .. fmt):format(class_name(m), method, ...))
 end
 
 -- metamethods are looked up raw in the metatable: every class carries its own copy
@@ -87,7 +88,7 @@ local function new_instance(cls, ...)
     local msg = tostring(err):gsub("^[^\n]-:%d+: ", "", 1)
     local name = "attn.nn." .. class_name(self)
     if msg:sub(1, #name + 1) ~= name .. ":" then msg = name .. ": " .. msg end
-    error(msg, 2)
+    caller.error(msg)
   end
   return self
 end
@@ -96,8 +97,8 @@ end
 -- Calling the class, `C(...)`, makes an instance and runs `C.init(self, ...)`.
 function Module.extend(parent, name)
   if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
-    error("Module:extend: bad argument #1 'name' (expected a class name such as \"CausalAttention\", got "
-          .. (type(name) == "string" and ("%q"):format(name) or type(name)) .. ")", 2)
+    caller.error("Module:extend: bad argument #1 'name' (expected a class name such as \"CausalAttention\", got "
+          .. (type(name) == "string" and ("%q"):format(name) or type(name)) .. ")")
   end
   local cls = {}
   for _, k in ipairs(METAMETHODS) do cls[k] = parent[k] end
@@ -138,7 +139,7 @@ end
 
 local function forward_results(self, ok, ...)
   if ok then return ... end
-  error(forward_error(self, (...)), 2) -- level 2: the caller of m(x) (this is a tail call of __call)
+  caller.error(forward_error(self, (...))) -- at the caller of m(x)
 end
 
 function Module.__call(self, ...)
@@ -153,11 +154,11 @@ end
 -- those calls, and m(x, opts), go the protected way.
 function Module.direct_call(cls, direct)
   if type(cls) ~= "table" or type(cls.forward) ~= "function" then
-    error("Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got "
-          .. type(cls) .. ")", 2)
+    caller.error("Module.direct_call: bad argument #1 'cls' (expected a module class with a forward method, got "
+          .. type(cls) .. ")")
   end
   if type(direct) ~= "function" then
-    error("Module.direct_call: bad argument #2 'direct' (expected a function, got " .. type(direct) .. ")", 2)
+    caller.error("Module.direct_call: bad argument #2 'direct' (expected a function, got " .. type(direct) .. ")")
   end
   local forward, module_call = cls.forward, Module.__call
   return function(self, x, opts)
@@ -489,10 +490,25 @@ function Module:save(path, metadata)
   return self
 end
 
+-- "zip" or "legacy" when the file at path starts as torch.save writes (a zip
+-- archive, or a pickle: protocol 2 and up start with 0x80 and the protocol), else nil.
+local function torch_save_format(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local head = f:read(4) or ""
+  f:close()
+  if head == "PK\3\4" then return "zip" end
+  local b1, b2 = head:byte(1, 2)
+  if b1 == 0x80 and b2 and b2 >= 2 and b2 <= 5 then return "legacy" end
+  return nil
+end
+
 --- Load weights saved by `save` (or written from a PyTorch state_dict by
 -- scripts/export_torch.py) into this module, in place, through
 -- load_state_dict: with strict (default true) missing and unexpected keys are
 -- errors; a shape mismatch always is. Nothing is copied when there is an error.
+-- A PyTorch file (torch.save) or a training checkpoint (attn.checkpoint.save)
+-- is an error saying how to load it instead.
 -- @param path a safetensors file
 -- @param[opt=true] strict
 -- @return the load_state_dict result ({missing_keys, unexpected_keys}) and the file's metadata table
@@ -504,7 +520,21 @@ function Module:load(path, strict)
     fail(self, "load", "bad argument #2 'strict' (expected boolean, got %s)", type(strict))
   end
   local ok, d, metadata = pcall(core.load_safetensors, path)
-  if not ok then fail(self, "load", "%s", (tostring(d):gsub("^.-attn%.load_safetensors: ", ""))) end
+  if not ok then
+    -- sniffed only when the reader read a regular file's bytes (opening a FIFO would block)
+    local kind = tostring(d):find("not a safetensors file", 1, true) and torch_save_format(path)
+    if kind then
+      fail(self, "load", "%s is a PyTorch pickle (torch.save's %s format), not a safetensors file: convert it with "
+        .. "scripts/export_torch.py (/usr/bin/python3 scripts/export_torch.py %s out.safetensors), then load "
+        .. "out.safetensors", path, kind, path)
+    end
+    fail(self, "load", "%s", (tostring(d):gsub("^.-attn%.load_safetensors: ", "")))
+  end
+  -- a checkpoint's tensors are "model.NAME": strict = false would load none of them
+  if type(metadata) == "table" and type(metadata.format) == "string" and metadata.format:match("^attn%-checkpoint") then
+    fail(self, "load", "%s is a training checkpoint (written by attn.checkpoint.save), not a module's weights: load "
+      .. "it with require(\"attn.checkpoint\").load(path, model[, optimizer])", path)
+  end
   local okl, res = pcall(self.load_state_dict, self, d, strict)
   if not okl then
     fail(self, "load", "%s: %s", path, (tostring(res):gsub("^.-:load_state_dict: ", "")))
@@ -568,8 +598,8 @@ Module.ModuleList = ModuleList
 function ModuleList:init(list)
   list = list or {}
   if type(list) ~= "table" or is_module(list) then
-    error("attn.nn.ModuleList: bad argument #1 'modules' (expected a list of attn.nn modules, got "
-          .. (is_module(list) and class_name(list) or type(list)) .. ")", 3)
+    caller.error("attn.nn.ModuleList: bad argument #1 'modules' (expected a list of attn.nn modules, got "
+          .. (is_module(list) and class_name(list) or type(list)) .. ")")
   end
   for i = 1, #list do self:append(list[i]) end
 end
@@ -577,7 +607,7 @@ end
 --- Add a module at the end. Returns self.
 function ModuleList:append(m)
   if not is_module(m) then
-    error(("attn.nn.ModuleList: element %d is not an attn.nn module (got %s)"):format(#self + 1, type(m)), 3)
+    caller.error(("attn.nn.ModuleList: element %d is not an attn.nn module (got %s)"):format(#self + 1, type(m)))
   end
   local i = #self + 1
   self._children[#self._children + 1] = {name = tostring(i - 1), key = i}
@@ -586,7 +616,7 @@ function ModuleList:append(m)
 end
 
 function ModuleList:forward()
-  error("ModuleList:forward: a ModuleList has no forward; call its modules", 2)
+  caller.error("ModuleList:forward: a ModuleList has no forward; call its modules")
 end
 
 return Module

@@ -12,6 +12,7 @@
 -- scores. With dropout = 1 (training) every weight is dropped, as in torch.
 -- @classmod attn.nn.MultiHeadAttention
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
@@ -33,8 +34,8 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self.num_heads = checks.positive_integer(C, num_heads, 5, "num_heads")
   opts = checks.options(C, opts, 6, { qkv_bias = "boolean", scale = "number" })
   if self.d_out % self.num_heads ~= 0 then
-    error(("attn.nn.MultiHeadAttention: d_out (%d) must be divisible by num_heads (%d)"):format(
-      self.d_out, self.num_heads), checks.CTOR_LEVEL - 1)
+    caller.error(("attn.nn.MultiHeadAttention: d_out (%d) must be divisible by num_heads (%d)"):format(
+      self.d_out, self.num_heads))
   end
   if opts.scale ~= nil then checks.finite(C, opts.scale, "scale") end
   self.head_dim = self.d_out // self.num_heads
@@ -87,7 +88,7 @@ function MHA:forward(x, opts)
     opts = checks.options("MultiHeadAttention", opts, 2, { need_weights = "boolean", use_cache = "boolean" })
     if opts.use_cache then
       if opts.need_weights then
-        error("MultiHeadAttention:forward: options need_weights and use_cache cannot be combined", 2)
+        caller.error("MultiHeadAttention:forward: options need_weights and use_cache cannot be combined")
       end
       return self:forward_cached(x)
     end

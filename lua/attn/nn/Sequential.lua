@@ -3,7 +3,7 @@
 -- (parameters "0.weight", ...); `seq[1]` is child "0", `#seq` their count.
 -- @classmod attn.nn.Sequential
 local Module = require "attn.nn.Module"
-local checks = require "attn.nn.checks"
+local caller = require "attn.caller"
 
 local Sequential = Module:extend("Sequential")
 
@@ -14,7 +14,7 @@ function Sequential:init(...)
     if not Module.is_module(m) then
       local got = type(m) == "table" and getmetatable(m) == nil and "table (pass the modules as arguments, not a list)"
         or type(m)
-      error(("attn.nn.Sequential: bad argument #%d (expected an attn.nn module, got %s)"):format(i, got), checks.CTOR_LEVEL)
+      caller.error(("attn.nn.Sequential: bad argument #%d (expected an attn.nn module, got %s)"):format(i, got))
     end
     self._children[#self._children + 1] = {name = tostring(i - 1), key = i}
     self[i] = m
@@ -28,7 +28,7 @@ function Sequential:forward(x)
     local m = self[i]
     local ok, y = pcall(m, x)
     if not ok then
-      error(("Sequential:forward: child %d (%s): %s"):format(i - 1, getmetatable(m).__name, tostring(y)), 2)
+      caller.error(("Sequential:forward: child %d (%s): %s"):format(i - 1, getmetatable(m).__name, tostring(y)))
     end
     x = y
   end

@@ -38,6 +38,7 @@
 -- with an attn_mask, is_causal is only a hint and attn_mask is used.
 -- @classmod attn.nn.MultiheadAttention
 local attn = require "attn"
+local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
@@ -56,7 +57,7 @@ local function describe(v)
 end
 
 local function ctor_fail(fmt, ...)
-  error(("attn.nn.%s: " .. fmt):format(NAME, ...), checks.CTOR_LEVEL)
+  caller.error(("attn.nn.%s: " .. fmt):format(NAME, ...))
 end
 
 -- Errors of forward start with "MultiheadAttention:forward:" (level 0: Module's

@@ -9,6 +9,7 @@
 -- KV cache and attends over all of it (see MultiHeadAttention); `reset_cache()`.
 -- @classmod attn.nn.TransformerBlock
 local Module = require "attn.nn.Module"
+local caller = require "attn.caller"
 local MultiHeadAttention = require "attn.nn.MultiHeadAttention"
 local FeedForward = require "attn.nn.FeedForward"
 local GPTLayerNorm = require "attn.nn.GPTLayerNorm"
@@ -19,8 +20,7 @@ local TransformerBlock = Module:extend("TransformerBlock")
 
 function TransformerBlock:init(cfg)
   if type(cfg) ~= "table" then
-    error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (expected a GPT config table, got %s)"):format(type(cfg)),
-      checks.CTOR_LEVEL)
+    caller.error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (expected a GPT config table, got %s)"):format(type(cfg)))
   end
   local C = "TransformerBlock"
   local d = checks.positive_integer(C, cfg.emb_dim, 1, "cfg.emb_dim")
@@ -28,12 +28,12 @@ function TransformerBlock:init(cfg)
   local heads = checks.positive_integer(C, cfg.n_heads, 1, "cfg.n_heads")
   local p = checks.probability(C, cfg.drop_rate, 1, "cfg.drop_rate")
   if d % heads ~= 0 then
-    error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (emb_dim = %d must be divisible by n_heads = %d)"):format(
-      d, heads), checks.CTOR_LEVEL)
+    caller.error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (emb_dim = %d must be divisible by n_heads = %d)"):format(
+      d, heads))
   end
   if cfg.qkv_bias ~= nil and type(cfg.qkv_bias) ~= "boolean" then
-    error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (qkv_bias must be a boolean, got %s)"):format(
-      type(cfg.qkv_bias)), checks.CTOR_LEVEL)
+    caller.error(("attn.nn.TransformerBlock: bad argument #1 'cfg' (qkv_bias must be a boolean, got %s)"):format(
+      type(cfg.qkv_bias)))
   end
   self:add_module("att", MultiHeadAttention(d, d, ctx, p, heads, {qkv_bias = cfg.qkv_bias or false}))
   self:add_module("ff", FeedForward(cfg))

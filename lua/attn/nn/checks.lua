@@ -3,13 +3,14 @@
 -- and what came. (Not a class: attn.nn.checks is a helper table.)
 -- @module attn.nn.checks
 local attn = require "attn"
+local caller = require "attn.caller"
 
 local checks = {}
 
--- Constructor checks run inside Class:init, which Module's __call runs: level 4
--- is the code that called the class (not Module.lua).
-local CTOR_LEVEL = 4
-checks.CTOR_LEVEL = CTOR_LEVEL
+-- Constructor checks run inside Class:init, which Module's __call runs: this
+-- was the error() level of the code that called the class. Errors now go
+-- through attn.caller, which finds that code however deep the check is.
+checks.CTOR_LEVEL = 4
 
 local function describe(v)
   if type(v) == "number" then return tostring(v) end
@@ -21,8 +22,8 @@ end
 function checks.positive_integer(cls, v, argn, what)
   local i = type(v) == "number" and v == v and math.tointeger(v) or nil
   if not i or i < 1 then
-    error(("attn.nn.%s: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
-      cls, argn, what, describe(v)), CTOR_LEVEL)
+    caller.error(("attn.nn.%s: bad argument #%d '%s' (expected a positive integer, got %s)"):format(
+      cls, argn, what, describe(v)))
   end
   return i
 end
@@ -30,8 +31,8 @@ end
 --- A dropout probability in [0, 1].
 function checks.probability(cls, v, argn, what)
   if type(v) ~= "number" or not (v >= 0 and v <= 1) then
-    error(("attn.nn.%s: bad argument #%d '%s' (expected a probability in [0, 1], got %s)"):format(
-      cls, argn, what, describe(v)), CTOR_LEVEL)
+    caller.error(("attn.nn.%s: bad argument #%d '%s' (expected a probability in [0, 1], got %s)"):format(
+      cls, argn, what, describe(v)))
   end
   return v
 end
@@ -43,8 +44,8 @@ local FLT_MAX = 0x1.fffffep+127
 --- A number finite in float32 (options such as scale).
 function checks.finite(cls, v, what)
   if type(v) ~= "number" or not (math.abs(v) <= FLT_MAX) then
-    error(("attn.nn.%s: bad option '%s' (expected a number finite in float32, |%s| <= %.9g, got %s)"):format(
-      cls, what, what, FLT_MAX, describe(v)), CTOR_LEVEL)
+    caller.error(("attn.nn.%s: bad option '%s' (expected a number finite in float32, |%s| <= %.9g, got %s)"):format(
+      cls, what, what, FLT_MAX, describe(v)))
   end
   return v
 end
@@ -52,8 +53,8 @@ end
 --- No argument where the class takes none (torch raises TypeError for extra arguments).
 function checks.none(cls, v, argn, takes)
   if v ~= nil then
-    error(("attn.nn.%s: unexpected argument #%d (got %s; the constructor takes %s)"):format(
-      cls, argn, describe(v), takes), CTOR_LEVEL)
+    caller.error(("attn.nn.%s: unexpected argument #%d (got %s; the constructor takes %s)"):format(
+      cls, argn, describe(v), takes))
   end
 end
 
@@ -61,8 +62,8 @@ end
 function checks.options(cls, opts, argn, allowed)
   if opts == nil then return {} end
   if type(opts) ~= "table" then
-    error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
-      cls, argn, describe(opts)), CTOR_LEVEL)
+    caller.error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
+      cls, argn, describe(opts)))
   end
   for k, v in pairs(opts) do
     local want = allowed[k]
@@ -70,10 +71,10 @@ function checks.options(cls, opts, argn, allowed)
       local names = {}
       for name in pairs(allowed) do names[#names + 1] = name end
       table.sort(names)
-      error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")), CTOR_LEVEL)
+      caller.error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")))
     end
     if type(v) ~= want then
-      error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)), CTOR_LEVEL)
+      caller.error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)))
     end
   end
   return opts
@@ -87,7 +88,7 @@ function checks.forward_error(cls, fname, err)
   err = tostring(err)
   local at = err:find(fname .. ": ", 1, true)
   if at then err = err:sub(at + #fname + 2) end
-  error(cls .. ":forward: " .. err, 3)
+  caller.error(cls .. ":forward: " .. err)
 end
 
 local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
@@ -97,16 +98,16 @@ checks.shape = shape
 -- (named width_name, default "d_in").
 function checks.input(cls, x, what, width, min_rank, max_rank, width_name)
   if not attn.is_tensor(x) then
-    error(("%s:forward: bad argument '%s' (expected attn.Tensor, got %s)"):format(cls, what, describe(x)), 3)
+    caller.error(("%s:forward: bad argument '%s' (expected attn.Tensor, got %s)"):format(cls, what, describe(x)))
   end
   local n = x:dim()
   if n < min_rank or n > max_rank then
     local ranks = min_rank == max_rank and tostring(min_rank) or (min_rank .. " to " .. max_rank)
-    error(("%s:forward: '%s' must have %s dims, got shape %s"):format(cls, what, ranks, shape(x)), 3)
+    caller.error(("%s:forward: '%s' must have %s dims, got shape %s"):format(cls, what, ranks, shape(x)))
   end
   if x:size(n) ~= width then
-    error(("%s:forward: '%s' of shape %s must end in %s = %d"):format(cls, what, shape(x),
-      width_name or "d_in", width), 3)
+    caller.error(("%s:forward: '%s' of shape %s must end in %s = %d"):format(cls, what, shape(x),
+      width_name or "d_in", width))
   end
 end
 
@@ -114,8 +115,8 @@ end
 function checks.context(cls, x, context_length)
   local n = x:size(-2)
   if n > context_length then
-    error(("%s:forward: the input has %d tokens (shape %s), more than context_length = %d"):format(
-      cls, n, shape(x), context_length), 3)
+    caller.error(("%s:forward: the input has %d tokens (shape %s), more than context_length = %d"):format(
+      cls, n, shape(x), context_length))
   end
   return n
 end
@@ -126,13 +127,13 @@ end
 function checks.kv_cache(cls, cache, x, context_length)
   local cached = cache and cache.len or 0
   if cache and cache.keys:size(1) ~= x:size(1) then
-    error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
-      cls, cache.keys:size(1), shape(x)), 3)
+    caller.error(("%s:forward: the KV cache holds a batch of %d, got x of shape %s (call reset_cache() first)"):format(
+      cls, cache.keys:size(1), shape(x)))
   end
   local n = x:size(2)
   if cached + n > context_length then
-    error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
-      cls, cached, n, context_length), 3)
+    caller.error(("%s:forward: the KV cache holds %d tokens; %d more exceed context_length = %d (call reset_cache())"):format(
+      cls, cached, n, context_length))
   end
   return cached
 end
@@ -146,12 +147,12 @@ local mask_kind = require("attn.core").modules.mask_kind
 -- tensor of at least [n, n], or holds values other than 0 and 1, is an error.
 function checks.mask_buffer(cls, mask, n)
   if not attn.is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < n or mask:size(2) < n then
-    error(("%s:forward: the 'mask' buffer must be a tensor of at least [%d, %d] for %d tokens, got %s"):format(
-      cls, n, n, n, attn.is_tensor(mask) and shape(mask) or describe(mask)), 3)
+    caller.error(("%s:forward: the 'mask' buffer must be a tensor of at least [%d, %d] for %d tokens, got %s"):format(
+      cls, n, n, n, attn.is_tensor(mask) and shape(mask) or describe(mask)))
   end
   local kind, where = mask_kind(mask, n)
   if not kind then
-    error(("%s:forward: the 'mask' buffer must hold only 0 and 1 (nonzero = hidden), got %s"):format(cls, where), 3)
+    caller.error(("%s:forward: the 'mask' buffer must hold only 0 and 1 (nonzero = hidden), got %s"):format(cls, where))
   end
   if kind == "causal" then return nil end
   return mask:narrow(1, 1, n):narrow(2, 1, n)

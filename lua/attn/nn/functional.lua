@@ -5,6 +5,7 @@
 -- (Not a class: attn.nn.functional is a table of functions.)
 -- @module attn.nn.functional
 local attn = require "attn"
+local caller = require "attn.caller"
 local ops = require "attn.autograd.train_ops"
 
 local functional = {}
@@ -16,13 +17,12 @@ local function describe(v)
   return type(v)
 end
 
--- level: 3 when called from a public function, 4 from a check helper (the user's call either way)
-local function bad(fname, argn, what, expected, v, level)
-  error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(fname, argn, what, expected, describe(v)), level or 3)
+local function bad(fname, argn, what, expected, v)
+  caller.error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(fname, argn, what, expected, describe(v)))
 end
 
 local function check_tensor(fname, v, argn, what)
-  if not attn.is_tensor(v) then bad(fname, argn, what, "attn.Tensor", v, 4) end
+  if not attn.is_tensor(v) then bad(fname, argn, what, "attn.Tensor", v) end
   return v
 end
 
@@ -32,26 +32,26 @@ local function check_ids(fname, v, argn, what)
   if type(v) == "table" and getmetatable(v) == nil then
     local ok, t = pcall(attn.tensor, v)
     if ok then return t end
-    error(("%s: bad argument #%d '%s' (a table of ids must be a list (of lists) of numbers: %s)"):format(fname,
-      argn, what, (tostring(t):gsub("^.-attn%.tensor: ", ""))), 3)
+    caller.error(("%s: bad argument #%d '%s' (a table of ids must be a list (of lists) of numbers: %s)"):format(fname,
+      argn, what, (tostring(t):gsub("^.-attn%.tensor: ", ""))))
   end
-  bad(fname, argn, what, "an attn.Tensor or a table of 1-based ids", v, 4)
+  bad(fname, argn, what, "an attn.Tensor or a table of 1-based ids", v)
 end
 
 -- an options table whose keys are all in `known` ({name = "type"}), or nil
 local function check_options(fname, opts, argn, known)
   if opts == nil then return {} end
-  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(fname, argn, "opts", "a table of options", opts, 4) end
+  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(fname, argn, "opts", "a table of options", opts) end
   for k, v in pairs(opts) do
     local want = known[k]
     if not want then
       local names = {}
       for n in pairs(known) do names[#names + 1] = n end
       table.sort(names)
-      error(("%s: unknown option '%s' (known: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 4)
+      caller.error(("%s: unknown option '%s' (known: %s)"):format(fname, tostring(k), table.concat(names, ", ")))
     end
     if type(v) ~= want then
-      error(("%s: bad option '%s' (expected %s, got %s)"):format(fname, k, want, describe(v)), 4)
+      caller.error(("%s: bad option '%s' (expected %s, got %s)"):format(fname, k, want, describe(v)))
     end
   end
   return opts
@@ -91,12 +91,12 @@ end
 local function normalized_dims(fname, shape, argn)
   if type(shape) == "number" then shape = {shape} end
   if type(shape) ~= "table" or attn.is_tensor(shape) or #shape == 0 then
-    bad(fname, argn, "normalized_shape", "a positive integer or a list of them", shape, 4)
+    bad(fname, argn, "normalized_shape", "a positive integer or a list of them", shape)
   end
   local dims = {}
   for i, d in ipairs(shape) do
     local n = type(d) == "number" and math.tointeger(d) or nil
-    if not n or n < 1 then bad(fname, argn, "normalized_shape", "positive integers", d, 4) end
+    if not n or n < 1 then bad(fname, argn, "normalized_shape", "positive integers", d) end
     dims[i] = n
   end
   return dims
@@ -126,16 +126,16 @@ function functional.layer_norm(input, normalized_shape, weight, bias, eps)
     k = k * dims[i]
   end
   if not fits then
-    error(("%s: input of shape [%s] does not end in normalized_shape [%s]"):format(fname, table.concat(size, ", "),
-      table.concat(dims, ", ")), 2)
+    caller.error(("%s: input of shape [%s] does not end in normalized_shape [%s]"):format(fname, table.concat(size, ", "),
+      table.concat(dims, ", ")))
   end
   for i, t in ipairs({weight or false, bias or false}) do
     if t then
       local s, same = t:size(), #t:size() == nd
       for j = 1, nd do same = same and s[j] == dims[j] end
       if not same then
-        error(("%s: '%s' of shape [%s] does not match normalized_shape [%s]"):format(fname,
-          i == 1 and "weight" or "bias", table.concat(s, ", "), table.concat(dims, ", ")), 2)
+        caller.error(("%s: '%s' of shape [%s] does not match normalized_shape [%s]"):format(fname,
+          i == 1 and "weight" or "bias", table.concat(s, ", "), table.concat(dims, ", ")))
       end
     end
   end
@@ -160,13 +160,13 @@ function functional.linear(input, weight, bias)
   check_tensor(fname, weight, 2, "weight")
   if bias ~= nil then check_tensor(fname, bias, 3, "bias") end
   if weight:dim() ~= 2 or input:dim() == 0 or input:size(-1) ~= weight:size(2) then
-    error(("%s: input of shape [%s] does not fit weight [%s] (expected [..., %s])"):format(fname,
+    caller.error(("%s: input of shape [%s] does not fit weight [%s] (expected [..., %s])"):format(fname,
       table.concat(input:size(), ", "), table.concat(weight:size(), ", "),
-      weight:dim() == 2 and tostring(weight:size(2)) or "in"), 2)
+      weight:dim() == 2 and tostring(weight:size(2)) or "in"))
   end
   if bias ~= nil and (bias:dim() ~= 1 or bias:size(1) ~= weight:size(1)) then
-    error(("%s: 'bias' of shape [%s] does not fit weight [%s] (expected [%d])"):format(fname,
-      table.concat(bias:size(), ", "), table.concat(weight:size(), ", "), weight:size(1)), 2)
+    caller.error(("%s: 'bias' of shape [%s] does not fit weight [%s] (expected [%d])"):format(fname,
+      table.concat(bias:size(), ", "), table.concat(weight:size(), ", "), weight:size(1)))
   end
   local y = attn.matmul(input, weight:t())
   if bias ~= nil then y = y + bias end

@@ -2,6 +2,7 @@
 -- (Not a class: a table of functions.)
 -- @module attn.nn.utils
 local attn = require "attn"
+local caller = require "attn.caller"
 local T = require("attn.core").train
 
 local utils = {}
@@ -18,20 +19,20 @@ function utils.clip_grad_norm_(params, max_norm, norm_type)
   local fname = "attn.nn.utils.clip_grad_norm_"
   if attn.is_tensor(params) then params = {params} end
   if type(params) ~= "table" then
-    error(("%s: bad argument #1 'parameters' (expected a tensor or a list of tensors, got %s)"):format(fname,
-      type(params)), 2)
+    caller.error(("%s: bad argument #1 'parameters' (expected a tensor or a list of tensors, got %s)"):format(fname,
+      type(params)))
   end
   if type(max_norm) ~= "number" or max_norm ~= max_norm then
-    error(("%s: bad argument #2 'max_norm' (expected a number, got %s)"):format(fname, tostring(max_norm)), 2)
+    caller.error(("%s: bad argument #2 'max_norm' (expected a number, got %s)"):format(fname, tostring(max_norm)))
   end
   if norm_type ~= nil and norm_type ~= 2 then
-    error(("%s: bad argument #3 'norm_type' (only the 2-norm is supported, got %s)"):format(fname,
-      tostring(norm_type)), 2)
+    caller.error(("%s: bad argument #3 'norm_type' (only the 2-norm is supported, got %s)"):format(fname,
+      tostring(norm_type)))
   end
   local grads = {}
   for i, p in ipairs(params) do
     if not attn.is_tensor(p) then
-      error(("%s: bad argument #1 'parameters' (element %d is not an attn.Tensor, got %s)"):format(fname, i, type(p)), 2)
+      caller.error(("%s: bad argument #1 'parameters' (element %d is not an attn.Tensor, got %s)"):format(fname, i, type(p)))
     end
     if p.grad ~= nil then grads[#grads + 1] = p.grad end
   end

@@ -9,6 +9,7 @@
 -- attn.core.train (src/core/optim.c), torch 1.13's float32 single-tensor path.
 -- @classmod attn.optim.Optimizer
 local attn = require "attn"
+local caller = require "attn.caller"
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -23,7 +24,7 @@ Optimizer.describe = describe
 
 -- The error of fname at the caller's caller (the user's call of the class or method).
 local function fail(fname, fmt, ...)
-  error(fname .. ": " .. fmt:format(...), 4)
+  caller.error(fname .. ": " .. fmt:format(...))
 end
 Optimizer.fail = fail
 

@@ -7,6 +7,7 @@
 --    attn.help(attn.matmul)           -- by value
 --    attn.help("matmul")              -- by name: "nn.Linear", "Tensor.view", "viz.show"
 -- @module attn.tools.help
+local caller = require "attn.caller"
 local M = {}
 
 -- The Lua files whose doc comments are read, as module names; every class
@@ -174,6 +175,7 @@ local function public_tables()
   for _, c in ipairs(M.nn_class_names()) do local _ = nn[c] end -- load every class
   return {
     { "attn", attn }, { "attn.nn", nn }, { "attn.viz", attn.viz }, { "attn.Tensor", attn.Tensor },
+    { "attn.block_mask", attn.block_mask },
     { "attn.nn.functional", nn.functional }, { "attn.nn.utils", nn.utils }, { "attn.optim", attn.optim },
   }
 end
@@ -403,7 +405,7 @@ end
 -- @return the text
 function M.text(what)
   local text, msg = lookup(what)
-  if not text then error(msg, 2) end
+  if not text then caller.error(msg) end
   return text
 end
 
@@ -421,7 +423,7 @@ function M.help(what)
   elseif kind == "unknown" then
     print(msg)
   else
-    error(msg, 2)
+    caller.error(msg)
   end
 end
 

@@ -311,7 +311,7 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `attn_mask` (PyTorch's: a bool tensor is true where the query may attend, a float one is added to the scores (and to `bias`); not with `mask` or `is_causal`, as PyTorch has only this one), `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
+-- @param[opt] opts table: `attn_mask` (PyTorch's: a bool tensor is true where the query may attend, a float one is added to the scores (and to `bias`); not with `mask` or `is_causal`, as PyTorch has only this one), `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded; `{w - 1, 0}` is causal sliding-window attention of width w: w keys, the query's own included, Mistral's convention and the keys of `attn.block_mask.sliding_window(w)`; FlexAttention's blog example `q_idx - kv_idx <= W` is `{W, 0}`, i.e. width W + 1), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
 -- @function scaled_dot_product_attention
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
@@ -445,7 +445,8 @@
 -- classified empty (skipped), full (no mask work) or partial (their elements kept as bytes).
 -- A Lua fn is called per block and per (b, h) (B x H patterns; a B or H of 1 broadcasts); the
 -- built-ins, fields of this callable table, are evaluated in C and kept once:
--- `attn.block_mask.causal` (k <= q), `.sliding_window(w)` (causal and q - k < w),
+-- `attn.block_mask.causal` (k <= q), `.sliding_window(w)` (causal and q - k < w: w keys, the
+-- query's own included; FlexAttention's `q_idx - kv_idx <= W` is `.sliding_window(W + 1)`),
 -- `.document(ids)` (ids: [L] tensor, L >= max(Lq, Lk); same id), `.and_(f, g, ...)`,
 -- `.or_(f, g, ...)` (a Lua fn among them is called per block). The result, an attn.BlockMask,
 -- has fields B, H, Lq, Lk, block, methods `bm:sparsity()` (fraction of blocks skipped) and
@@ -462,6 +463,17 @@
 -- @usage local bm = attn.block_mask(attn.block_mask.and_(attn.block_mask.document(ids), attn.block_mask.causal), 1, 8, n, n)
 -- attn.scaled_dot_product_attention(q, k, v, {block_mask = bm})
 -- @function block_mask
+
+--- The built-in causal sliding-window mask for `attn.block_mask`: query q sees key k iff
+-- k <= q and q - k < w, the w keys that end at its own (a window of width w, the query's own
+-- key included: Mistral's `sliding_window` convention). The keys are those of
+-- `scaled_dot_product_attention`'s `window = {w - 1, 0}` (Lq = Lk). FlexAttention's blog
+-- example `q_idx - kv_idx <= W` (with `q_idx >= kv_idx`) sees W + 1 keys: it is
+-- `sliding_window(W + 1)`. Evaluated in C, never calling Lua.
+-- @param w the window width, an integer >= 1
+-- @return a mask function for `attn.block_mask` (and for `and_`, `or_`)
+-- @usage attn.block_mask(attn.block_mask.sliding_window(256), 1, 1, n, n) -- sees what window = {255, 0} sees
+-- @function block_mask.sliding_window
 
 --- Rotary position embedding of x [..., n, E] (E even): each pair (a, b) of row r is rotated by
 -- theta = (p_r - 1) * base^(-2i/E) (i = 0 .. E/2 - 1), a' = a cos - b sin, b' = b cos + a sin.

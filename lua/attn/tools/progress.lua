@@ -8,6 +8,7 @@
 -- at most 10 times a second (so a fast loop does not spend its time drawing).
 -- `opts` replace the clock, the writer and the terminal test, for tests.
 -- @module attn.tools.progress
+local caller = require "attn.caller"
 local M = {}
 
 local Progress = {}
@@ -60,8 +61,8 @@ local MAX_COUNT = 2 ^ 53
 local function check_count(v, fn, argn, what)
   if type(v) ~= "number" or math.tointeger(v) == nil or v < 0 or v > MAX_COUNT then
     local too_big = type(v) == "number" and v > MAX_COUNT
-    error(string.format("%s: bad argument #%d '%s' (expected a non-negative integer%s, got %s)", fn, argn, what,
-      too_big and " up to 2^53" or "", type(v) == "number" and tostring(v) or type(v)), 3)
+    caller.error(string.format("%s: bad argument #%d '%s' (expected a non-negative integer%s, got %s)", fn, argn, what,
+      too_big and " up to 2^53" or "", type(v) == "number" and tostring(v) or type(v)))
   end
 end
 
@@ -75,10 +76,10 @@ end
 function M.new(total, label, opts)
   check_count(total, "attn.progress", 1, "total")
   if label ~= nil and type(label) ~= "string" then
-    error("attn.progress: bad argument #2 'label' (expected a string or nil, got " .. type(label) .. ")", 2)
+    caller.error("attn.progress: bad argument #2 'label' (expected a string or nil, got " .. type(label) .. ")")
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error("attn.progress: bad argument #3 'opts' (expected a table or nil, got " .. type(opts) .. ")", 2)
+    caller.error("attn.progress: bad argument #3 'opts' (expected a table or nil, got " .. type(opts) .. ")")
   end
   opts = opts or {}
   local attn = require "attn"
