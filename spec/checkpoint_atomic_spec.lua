@@ -179,6 +179,17 @@ describe("m:load_state_dict and opt:load_state_dict check everything, then apply
     assert.are.same(before, snapshot(m))
   end)
 
+  it("m:load_state_dict into a module whose last tensor is an expanded view copies none of the others", function()
+    local m = attn.nn.Linear(4, 2)
+    m.bias = attn.zeros(1):expand(2)   -- copy_ refuses to write there
+    local before = C.bits(m.weight)
+    C.fails(function() m:load_state_dict({weight = attn.ones(2, 4), bias = attn.ones(2)}) end,
+      "Linear:load_state_dict", "the module's \"bias\" (shape [2]) is an expanded view whose elements share memory")
+    assert.are.same(before, C.bits(m.weight))
+    assert.is_true(attn.zeros(1):expand(3):has_internal_overlap())
+    assert.is_false(attn.zeros(2, 3):t():has_internal_overlap())
+  end)
+
   it("m:prepare_load_state_dict checks and changes nothing until its function is called", function()
     local m = trained(5, 0)
     local src = trained(6, 0)

@@ -441,6 +441,10 @@ local function prepare_load(self, d, strict, level)
       if not same then
         problems[#problems + 1] = ("size mismatch for %q: copying a tensor of shape %s from the state dict, "
           .. "the shape in the module is %s"):format(e[1], shape_str(src), shape_str(e[2]))
+      elseif src ~= e[2] and e[2]:has_internal_overlap() then
+        -- copy_ would refuse it, after the entries before it were copied
+        problems[#problems + 1] = ("the module's %q (shape %s) is an expanded view whose elements share memory: "
+          .. "it cannot be loaded into (clone() it first)"):format(e[1], shape_str(e[2]))
       end
     end
   end
