@@ -202,6 +202,20 @@ describe("m:load_state_dict and opt:load_state_dict check everything, then apply
     C.fails(function() m:prepare_load_state_dict({}) end, "GPTModel:load_state_dict", "missing key(s)")
   end)
 
+  it("opt:prepare_load_state_dict checks and changes nothing until its function is called", function()
+    local m, opt = trained(5, 1)
+    local src_m, src = trained(6, 2)
+    local before, wanted = snapshot(m, opt), snapshot(src_m, src)
+    local apply = opt:prepare_load_state_dict(src:state_dict())
+    assert.are.same(before, snapshot(m, opt))
+    apply()
+    local after = snapshot(m, opt)
+    assert.are.same(wanted.state, after.state)
+    assert.are.same(wanted.groups, after.groups)
+    C.fails(function() opt:prepare_load_state_dict({state = {}, param_groups = {}}) end,
+      "attn.optim.AdamW:load_state_dict", "the state dict has 0 param group(s), the optimizer 1")
+  end)
+
   it("opt:load_state_dict with its last parameter's state bad changes no option and no state", function()
     local _, opt = trained(5, 1)
     local _, src = trained(6, 2)
