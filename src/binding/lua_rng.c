@@ -1,6 +1,6 @@
 /* Random numbers from Lua, on the Lua state's generator (attnL_generator):
- * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, check_rng_state, rand, randn,
- * rng_raw_u32, dropout, set_dropout_stream, get_dropout_stream; methods
+ * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, check_rng_state,
+ * rand, randn, rng_raw_u32, dropout, set_dropout_stream, get_dropout_stream; methods
  * t:uniform_ and t:normal_; attnL_draw_dropout, the one place every dropout
  * consumer (attention, the fused modules) draws its mask. */
 #include <math.h>
@@ -277,8 +277,8 @@ static int r_dropout(lua_State *L) {
 
 static const luaL_Reg module_funcs[] = {
   {"manual_seed", r_manual_seed}, {"initial_seed", r_initial_seed}, {"get_rng_state", r_get_rng_state},
-  {"set_rng_state", r_set_rng_state}, {"check_rng_state", r_check_rng_state}, {"rng_raw_u32", r_raw_u32}, {"rand", r_rand}, {"randn", r_randn},
-  {"dropout", r_dropout}, {"set_dropout_stream", r_set_dropout_stream},
+  {"set_rng_state", r_set_rng_state}, {"check_rng_state", r_check_rng_state}, {"rng_raw_u32", r_raw_u32},
+  {"rand", r_rand}, {"randn", r_randn}, {"dropout", r_dropout}, {"set_dropout_stream", r_set_dropout_stream},
   {"get_dropout_stream", r_get_dropout_stream}, {NULL, NULL}};
 
 static const luaL_Reg methods[] = {{"uniform_", m_uniform_}, {"normal_", m_normal_}, {NULL, NULL}};

@@ -921,7 +921,8 @@ static const luaL_Reg module_funcs[] = {
 
 static const luaL_Reg methods[] = {
   {"size", m_size}, {"stride", m_stride}, {"dim", m_dim}, {"numel", m_numel},
-  {"is_contiguous", m_is_contiguous}, {"has_internal_overlap", m_has_internal_overlap}, {"item", m_item}, {"totable", m_totable}, {"select", m_select},
+  {"is_contiguous", m_is_contiguous}, {"has_internal_overlap", m_has_internal_overlap}, {"item", m_item},
+  {"totable", m_totable}, {"select", m_select},
   {"narrow", m_narrow}, {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
   {"permute", m_permute}, {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze}, {"expand", m_expand},
   {"contiguous", m_contiguous}, {"clone", m_clone}, {NULL, NULL}};

@@ -218,9 +218,13 @@ local function prepare_load(self, sd)
         -- bias corrections wrong (or NaN), or make the step start over from zero
         local n = count_value(v)
         if n == nil then
+          local got = math.type(v) == "float" and ("%.17g"):format(v) or describe(v)
+          if attn.is_tensor(v) then
+            got = v:numel() == 1 and ("a tensor holding %.17g"):format(v:item())
+              or ("a tensor of shape [%s]"):format(table.concat(v:size(), ", "))
+          end
           fail(fname, "bad state '%s' of parameter %s (expected an integer in [0, 2^53] or a one-element tensor "
-            .. "holding one, got %s)", tostring(k), tostring(index),
-            math.type(v) == "float" and ("%.17g"):format(v) or describe(v))
+            .. "holding one, got %s)", tostring(k), tostring(index), got)
         end
         copy[k] = n
       elseif attn.is_tensor(v) then
