@@ -258,7 +258,8 @@ end
 -- that restores several things at once (attn.checkpoint.load) and checks
 -- them all before changing any.
 function Optimizer:prepare_load_state_dict(sd)
-  return prepare_load(self, sd)
+  local apply = prepare_load(self, sd) -- not a tail call: errors name the user's line, 4 levels up
+  return apply
 end
 
 --- Restores a state_dict() (of an optimizer of the same class over the
