@@ -1,6 +1,6 @@
 /* Random numbers from Lua, on the Lua state's generator (attnL_generator):
- * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, rand, randn,
- * rng_raw_u32, dropout, set_dropout_stream, get_dropout_stream; methods
+ * attn.manual_seed, initial_seed, get_rng_state, set_rng_state, check_rng_state,
+ * rand, randn, rng_raw_u32, dropout, set_dropout_stream, get_dropout_stream; methods
  * t:uniform_ and t:normal_; attnL_draw_dropout, the one place every dropout
  * consumer (attention, the fused modules) draws its mask. */
 #include <math.h>
@@ -111,6 +111,22 @@ static int r_set_rng_state(lua_State *L) {
   if (attn_rng_set_state(attnL_generator(L), (const unsigned char *)s, (int64_t)len) != ATTN_OK)
     attnL_core_error(L, fn);
   return 0;
+}
+
+/* The check of set_rng_state without the change: the state is read into a
+ * scratch generator, so that a caller restoring several things at once
+ * (attn.checkpoint.load) can check them all before changing any. */
+static int r_check_rng_state(lua_State *L) {
+  const char *fn = "attn.check_rng_state";
+  if (lua_type(L, 1) != LUA_TSTRING)
+    attnL_error(L, fn, "bad argument #1 'state' (expected a string from attn.get_rng_state, got %s)",
+                luaL_typename(L, 1));
+  size_t len;
+  const char *s = lua_tolstring(L, 1, &len);
+  attn_generator scratch;
+  if (attn_rng_set_state(&scratch, (const unsigned char *)s, (int64_t)len) != ATTN_OK) attnL_core_error(L, fn);
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* n raw 32-bit draws as a table of integers: for tests and for checking a
@@ -261,8 +277,8 @@ static int r_dropout(lua_State *L) {
 
 static const luaL_Reg module_funcs[] = {
   {"manual_seed", r_manual_seed}, {"initial_seed", r_initial_seed}, {"get_rng_state", r_get_rng_state},
-  {"set_rng_state", r_set_rng_state}, {"rng_raw_u32", r_raw_u32}, {"rand", r_rand}, {"randn", r_randn},
-  {"dropout", r_dropout}, {"set_dropout_stream", r_set_dropout_stream},
+  {"set_rng_state", r_set_rng_state}, {"check_rng_state", r_check_rng_state}, {"rng_raw_u32", r_raw_u32},
+  {"rand", r_rand}, {"randn", r_randn}, {"dropout", r_dropout}, {"set_dropout_stream", r_set_dropout_stream},
   {"get_dropout_stream", r_get_dropout_stream}, {NULL, NULL}};
 
 static const luaL_Reg methods[] = {{"uniform_", m_uniform_}, {"normal_", m_normal_}, {NULL, NULL}};

@@ -288,6 +288,14 @@ static int m_is_contiguous(lua_State *L) {
   return 1;
 }
 
+/* Whether elements share memory (an expanded view): in-place writes refuse
+ * such a tensor, so a load can check its destinations before the first copy. */
+static int m_has_internal_overlap(lua_State *L) {
+  attnL_check_nargs(L, 1, "Tensor:has_internal_overlap");
+  lua_pushboolean(L, attn_has_internal_overlap(CHECK(1, "Tensor:has_internal_overlap")));
+  return 1;
+}
+
 static int m_item(lua_State *L) {
   attnL_check_nargs(L, 1, "Tensor:item");
   attn_tensor *t = CHECK(1, "Tensor:item");
@@ -717,7 +725,8 @@ static const luaL_Reg module_funcs[] = {
 
 static const luaL_Reg methods[] = {
   {"size", m_size}, {"stride", m_stride}, {"dim", m_dim}, {"numel", m_numel},
-  {"is_contiguous", m_is_contiguous}, {"item", m_item}, {"totable", m_totable}, {"select", m_select},
+  {"is_contiguous", m_is_contiguous}, {"has_internal_overlap", m_has_internal_overlap}, {"item", m_item},
+  {"totable", m_totable}, {"select", m_select},
   {"narrow", m_narrow}, {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
   {"permute", m_permute}, {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze}, {"expand", m_expand},
   {"contiguous", m_contiguous}, {"clone", m_clone}, {NULL, NULL}};

@@ -409,19 +409,18 @@ local function quoted_list(keys)
   return table.concat(q, ", ")
 end
 
---- Copy the tensors of `d` (name -> tensor, as from state_dict) into this
--- module's parameters and buffers, in place. With strict (default true) a
--- missing or unexpected key is an error; a shape mismatch always is. Nothing
--- is copied when there is an error. Returns {missing_keys = {...},
--- unexpected_keys = {...}} (both empty when strict).
-function Module:load_state_dict(d, strict)
+-- The checks of load_state_dict, then a function that makes the load (see
+-- prepare_load_state_dict). Errors are raised `level` levels up from here,
+-- at the user's call.
+local function prepare_load(self, d, strict, level)
+  local function fail_load(fmt, ...) error(("%s:load_state_dict: " .. fmt):format(class_name(self), ...), level + 1) end
   if type(d) ~= "table" or is_module(d) then
-    fail(self, "load_state_dict", "bad argument #1 'state_dict' (expected a table name -> attn.Tensor, got %s)",
-         is_module(d) and class_name(d) or type(d))
+    fail_load("bad argument #1 'state_dict' (expected a table name -> attn.Tensor, got %s)",
+      is_module(d) and class_name(d) or type(d))
   end
   if strict == nil then strict = true end
   if type(strict) ~= "boolean" then
-    fail(self, "load_state_dict", "bad argument #2 'strict' (expected boolean, got %s)", type(strict))
+    fail_load("bad argument #2 'strict' (expected boolean, got %s)", type(strict))
   end
   local entries = state_entries(self, "", {})
   local expected, missing, unexpected, problems = {}, {}, {}, {}
@@ -443,6 +442,10 @@ function Module:load_state_dict(d, strict)
       if not same then
         problems[#problems + 1] = ("size mismatch for %q: copying a tensor of shape %s from the state dict, "
           .. "the shape in the module is %s"):format(e[1], shape_str(src), shape_str(e[2]))
+      elseif src ~= e[2] and e[2]:has_internal_overlap() then
+        -- copy_ would refuse it, after the entries before it were copied
+        problems[#problems + 1] = ("the module's %q (shape %s) is an expanded view whose elements share memory: "
+          .. "it cannot be loaded into (clone() it first)"):format(e[1], shape_str(e[2]))
       end
     end
   end
@@ -457,16 +460,38 @@ function Module:load_state_dict(d, strict)
     end
   end
   if #problems > 0 then
-    fail(self, "load_state_dict", "error(s) in loading the state dict for %s: %s", class_name(self),
-         table.concat(problems, "; "))
+    fail_load("error(s) in loading the state dict for %s: %s", class_name(self), table.concat(problems, "; "))
   end
-  autograd.no_grad(function()
-    for _, e in ipairs(entries) do
-      local src = srcs[e[1]]
-      if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
-    end
-  end)
-  return {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}
+  local function apply()
+    autograd.no_grad(function()
+      for _, e in ipairs(entries) do
+        local src = srcs[e[1]]
+        if src ~= nil and src ~= e[2] then e[2]:copy_(src) end
+      end
+    end)
+  end
+  return apply, {missing_keys = strict and {} or missing, unexpected_keys = strict and {} or unexpected}
+end
+
+--- Checks `d` as load_state_dict does (the same errors) without changing
+-- anything, and returns a function that makes the load: it copies the
+-- checked tensors and cannot fail. For a caller that restores several things
+-- at once (attn.checkpoint.load) and checks them all before changing any.
+-- @return apply, {missing_keys = {...}, unexpected_keys = {...}}
+function Module:prepare_load_state_dict(d, strict)
+  return prepare_load(self, d, strict, 2) -- a tail call: the user's call is 2 levels up from prepare_load
+end
+
+--- Copy the tensors of `d` (name -> tensor, as from state_dict) into this
+-- module's parameters and buffers, in place. With strict (default true) a
+-- missing or unexpected key is an error; a shape mismatch always is. Every
+-- entry is checked before the first copy, so nothing is copied when there is
+-- an error. Returns {missing_keys = {...}, unexpected_keys = {...}} (both
+-- empty when strict).
+function Module:load_state_dict(d, strict)
+  local apply, result = prepare_load(self, d, strict, 3)
+  apply()
+  return result
 end
 
 --- Save the module's weights to a safetensors file: every state_dict() entry

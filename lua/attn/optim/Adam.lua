@@ -19,14 +19,12 @@ local function adam_class(name, default_weight_decay, decoupled)
     {"amsgrad", false, c.falsy},
     {"maximize", false, c.falsy},
   })
+  cls.count_fields = {step = true} -- checked by Optimizer's load_state_dict
   function cls.check_state(s)
-    if math.type(s.step) ~= "integer" and not (type(s.step) == "number" and s.step == math.floor(s.step)) then
-      return "'step' is not an integer"
-    end
+    if s.step == nil then return "'step' is missing" end
     if not attn.is_tensor(s.exp_avg) or not attn.is_tensor(s.exp_avg_sq) then
       return "'exp_avg' and 'exp_avg_sq' must be tensors"
     end
-    s.step = math.tointeger(s.step)
   end
   local fname = "attn.optim." .. name .. ":step"
   function cls:update(p, g, o, state)

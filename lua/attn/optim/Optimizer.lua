@@ -167,11 +167,24 @@ function Optimizer:state_dict()
   return sd
 end
 
---- Restores a state_dict() (of an optimizer of the same class over the
--- same parameter shapes): group options and per-parameter state, the tensors
--- copied, so that the next steps are the bits an uninterrupted run gives.
--- Nothing changes when there is an error.
-function Optimizer:load_state_dict(sd)
+-- The largest step count accepted: past 2^53 a double no longer holds every integer.
+local MAX_COUNT = 2 ^ 53
+
+-- A step count as an integer, or nil: a number that is an exact integer in
+-- [0, 2^53], or a one-element tensor holding one (PyTorch 1.13 keeps Adam's
+-- `step` as a float32 tensor of shape []).
+local function count_value(v)
+  if attn.is_tensor(v) then
+    if v:numel() ~= 1 then return nil end
+    v = v:item()
+  end
+  if type(v) ~= "number" or v ~= v or v < 0 or v > MAX_COUNT or v ~= math.floor(v) then return nil end
+  return math.tointeger(v)
+end
+
+-- The checks of load_state_dict, then a function that makes the load (see
+-- prepare_load_state_dict).
+local function prepare_load(self, sd)
   local fname = "attn.optim." .. self.__name .. ":load_state_dict"
   if type(sd) ~= "table" or type(sd.state) ~= "table" or type(sd.param_groups) ~= "table" then
     fail(fname, "bad argument #1 'state_dict' (expected a table {state = ..., param_groups = ...}, got %s)",
@@ -194,6 +207,7 @@ function Optimizer:load_state_dict(sd)
   local indices = {}
   for index in pairs(sd.state) do indices[#indices + 1] = index end
   table.sort(indices, function(a, b) return tostring(a) < tostring(b) end)
+  local counts = self.count_fields or {}
   local state = {}
   for _, index in ipairs(indices) do
     local s = sd.state[index]
@@ -205,7 +219,21 @@ function Optimizer:load_state_dict(sd)
     table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
     for _, k in ipairs(keys) do
       local v = s[k]
-      if attn.is_tensor(v) then
+      if counts[k] then
+        -- a count the next step increments: anything else would make the update's
+        -- bias corrections wrong (or NaN), or make the step start over from zero
+        local n = count_value(v)
+        if n == nil then
+          local got = math.type(v) == "float" and ("%.17g"):format(v) or describe(v)
+          if attn.is_tensor(v) then
+            got = v:numel() == 1 and ("a tensor holding %.17g"):format(v:item())
+              or ("a tensor of shape [%s]"):format(table.concat(v:size(), ", "))
+          end
+          fail(fname, "bad state '%s' of parameter %s (expected an integer in [0, 2^53] or a one-element tensor "
+            .. "holding one, got %s)", tostring(k), tostring(index), got)
+        end
+        copy[k] = n
+      elseif attn.is_tensor(v) then
         local a, b = v:size(), p:size()
         local same = #a == #b
         for d = 1, #a do same = same and a[d] == b[d] end
@@ -222,10 +250,32 @@ function Optimizer:load_state_dict(sd)
     if msg then fail(fname, "state of parameter %s: %s", tostring(index), msg) end
     state[p] = copy
   end
-  for gi, group in ipairs(self.param_groups) do
-    for k, v in pairs(groups[gi]) do group[k] = v end
+  return function()
+    for gi, group in ipairs(self.param_groups) do
+      for k, v in pairs(groups[gi]) do group[k] = v end
+    end
+    self.state = state
   end
-  self.state = state
+end
+
+--- Checks a state_dict() as load_state_dict does (the same errors) without
+-- changing anything, and returns a function that makes the load (it sets
+-- the checked options and state, with no check left to fail). For a caller
+-- that restores several things at once (attn.checkpoint.load) and checks
+-- them all before changing any.
+function Optimizer:prepare_load_state_dict(sd)
+  local apply = prepare_load(self, sd) -- not a tail call: errors name the user's line, 4 levels up
+  return apply
+end
+
+--- Restores a state_dict() (of an optimizer of the same class over the
+-- same parameter shapes): group options and per-parameter state, the tensors
+-- copied, so that the next steps are the bits an uninterrupted run gives.
+-- A step count must be an exact integer in [0, 2^53] (a Lua number, or a
+-- one-element tensor as PyTorch 1.13 saves Adam's `step`). Everything is
+-- checked before anything changes: nothing changes when there is an error.
+function Optimizer:load_state_dict(sd)
+  prepare_load(self, sd)()
 end
 
 function Optimizer:__tostring()

@@ -77,6 +77,11 @@
 -- @param state a string from attn.get_rng_state
 -- @function set_rng_state
 
+--- Checks a state as attn.set_rng_state does (the same errors), without changing the generator.
+-- @param state a string from attn.get_rng_state
+-- @return true
+-- @function check_rng_state
+
 --- n raw 32-bit draws of the default generator as a list of integers (for tests and for
 -- checking ports against torch.randint streams).
 -- @param n 0 <= n <= 16777216

@@ -22,6 +22,10 @@
 --- True when the elements are laid out in row-major order without gaps.
 -- @function Tensor:is_contiguous
 
+--- True when some elements share memory (an expanded view, `ones(1):expand(3)`): in-place
+-- writes (`copy_`, `add_`, ...) refuse such a tensor.
+-- @function Tensor:has_internal_overlap
+
 --- The value of a one-element tensor as a Lua number.
 -- @function Tensor:item
 
