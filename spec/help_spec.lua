@@ -189,6 +189,13 @@ describe("attn.help.parse", function()
       { name = "demo.x", text = "A field." },
     }, docs)
   end)
+
+  it("names a function of the local table a file returns after its module", function()
+    local docs = help.parse("--- Grads.\n-- @module attn.autograd\nlocal M = {}\n--- The gradients.\n"
+      .. "function M.grad(o, i) end\nreturn M\n")
+    assert.are.same({ { name = "attn.autograd", text = "Grads." }, { name = "attn.autograd.grad", text = "The gradients." } },
+      docs)
+  end)
 end)
 
 describe("attn.help's index", function()
@@ -280,5 +287,33 @@ describe("attn.help of an nn class", function()
       end
     end
     assert.is_truthy(quietly(attn.help, "nn.MultiHeadAttention"):find("\n  m:reset_cache  ", 1, true))
+  end)
+end)
+
+describe("make doc", function()
+  -- As an unprivileged user (nobody, when the spec runs as root) that
+  -- cannot install, with an LDoc that is not there and a package list with
+  -- one that does not exist: the error names what to install.
+  it("names the Debian packages it needs when it cannot install them", function()
+    local function sh(cmd)
+      local p = io.popen(cmd .. " 2>&1")
+      local out = p:read("a")
+      local ok = p:close()
+      return ok, out
+    end
+    local uid = sh("id -u") and io.popen("id -u"):read("l")
+    local prefix = ""
+    if uid == "0" then
+      if not sh("command -v setpriv") then pending("needs setpriv to drop root") return end
+      prefix = "setpriv --reuid=nobody --regid=nogroup --clear-groups "
+    elseif sh("sudo -n true") then
+      pending("sudo works here without a password: make doc would install") return
+    end
+    local ok, out = sh("HOME=/tmp " .. prefix .. "make -s doc LDOC=attn-no-such-ldoc"
+      .. " DOC_PACKAGES='lua-ldoc attn-no-such-package'")
+    assert.is_falsy(ok, out)
+    assert.is_truthy(out:find("attn: missing Debian packages: lua-ldoc attn-no-such-package -- install them with: "
+      .. "sudo apt-get install lua-ldoc attn-no-such-package", 1, true), out)
+    assert.is_truthy(out:find("attn: 'make doc' needs LDoc (Debian packages: lua-ldoc attn-no-such-package)", 1, true), out)
   end)
 end)

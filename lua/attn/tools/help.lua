@@ -73,28 +73,20 @@ function M.parse(source, module, as)
         i = i + 1
       end
       local kind = tags.module or tags.submodule or tags.classmod
-      local names = {}
+      local name
       if kind then
         module = as or kind
         -- a @submodule file adds to its module and does not document it again
-        if not tags.submodule then names[1] = module end
+        if not tags.submodule then name = module end
       elseif tags["function"] then
-        names[1] = qualify(module or "attn", tags["function"], returned)
-      elseif i <= #lines and module then
+        name = qualify(module or "attn", tags["function"], returned)
+      elseif i <= #lines then
         local target = lines[i]:match("^function%s+([%w_.:]+)%s*%(") or lines[i]:match("^([%w_][%w_.]*)%s*=")
-        -- `a.X, a.Y = 1, 2` documents both
-        local targets = lines[i]:match("^([%w_][%w_.]*%s*,[%w_.,%s]*)=[^=]")
-        if targets then
-          for t in targets:gmatch("[%w_.]+") do names[#names + 1] = qualify(module, t, returned) end
-        elseif target then
-          names[1] = qualify(module, target, returned)
-        end
+        if target and module then name = qualify(module, target, returned) end
       end
       -- trailing blank lines go
       while #text > 0 and text[#text]:match("^%s*$") do text[#text] = nil end
-      if #text > 0 then
-        for _, name in ipairs(names) do docs[#docs + 1] = { name = name, text = table.concat(text, "\n") } end
-      end
+      if name and #text > 0 then docs[#docs + 1] = { name = name, text = table.concat(text, "\n") } end
     else
       i = i + 1
     end
