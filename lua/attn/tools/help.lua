@@ -192,9 +192,15 @@ function M.areas()
   end
   for _, m in ipairs(submodules("attn")) do
     local field = m:match("^attn%.(.*)$")
-    if rawget(attn, field) == nil and not INTERNAL_MODULES[m] then
-      local ok, v = pcall(require, m)
-      add(m, ok and v, true)
+    if not INTERNAL_MODULES[m] then
+      -- a field attn loads on first use is a field, not a module required on its own
+      local got, as_field = pcall(function() return attn[field] end)
+      if got and type(as_field) == "table" then
+        add("attn." .. field, as_field)
+      elseif not (got and as_field ~= nil) then
+        local ok, v = pcall(require, m)
+        add(m, ok and v, true)
+      end
     end
   end
   for _, m in ipairs(submodules("attn.nn")) do
