@@ -150,13 +150,18 @@ install: $(SO) $(LUAOUT)
 clean:
 	rm -rf $(BUILD) build-asan build-static build-fuzz
 
-# HTML reference docs from the LDoc comments (config.ld) into doc/ (lua-markdown
-# renders the README topic; without it LDoc shows it as plain text).
+# HTML reference docs from the LDoc comments (config.ld) into doc/. What it
+# needs is installed as `make deps` installs (apt-get as root, or sudo), or
+# named: Debian's lua-ldoc, lua-markdown (renders the README topic) and a
+# Lua 5.1 or 5.2 for LDoc to run under (Debian's ldoc runs under lua-any,
+# which wants one, and lua-ldoc does not always pull one in).
+LDOC ?= ldoc
+DOC_PACKAGES ?= lua-ldoc lua-markdown $(if $(shell command -v lua5.2 2>/dev/null),,lua5.1)
 doc:
-	@command -v ldoc >/dev/null || { echo "attn: 'make doc' needs LDoc: sudo apt-get install lua-ldoc lua-markdown lua5.1" >&2; exit 1; }
-	@# Debian's ldoc runs under lua-any, which wants lua5.1 or lua5.2 (lua-ldoc does not always pull one in)
-	@command -v lua5.1 >/dev/null || command -v lua5.2 >/dev/null || { echo "attn: 'make doc' needs lua5.1 or lua5.2 for LDoc: sudo apt-get install lua5.1" >&2; exit 1; }
-	ldoc .
+	@if ! command -v $(LDOC) >/dev/null || ! { command -v lua5.1 || command -v lua5.2; } >/dev/null; then \
+	  $(MAKE) -s deps PACKAGES="$(DOC_PACKAGES)" || \
+	  { echo "attn: 'make doc' needs LDoc (Debian packages: $(DOC_PACKAGES))" >&2; exit 1; }; fi
+	$(LDOC) .
 
 # The whole spec suite with AddressSanitizer + UndefinedBehaviorSanitizer (and
 # LeakSanitizer): the module is built into build-asan/ and the sanitizer

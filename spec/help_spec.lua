@@ -144,7 +144,8 @@ describe("attn.help", function()
   it("given a class or a module, shows the constructor's doc and the methods", function()
     local text = quietly(attn.help, attn.nn.Linear)
     assert.is_truthy(text:find("^attn%.nn%.Linear\nattn%.nn%.Linear%(in_features, out_features"), text)
-    assert.is_truthy(text:find("\nmethods:\n  m:extra_repr\n  m:forward  x [..., in_features] -> [..., out_features].\n",
+    assert.is_truthy(text:find("\nmethods:\n  m:extra_repr  Extra text inside the parentheses of tostring"
+      .. " (like torch's extra_repr); \"\" by default.\n  m:forward  x [..., in_features] -> [..., out_features].\n",
       1, true), text)
     assert.is_truthy(text:find("\nmethods from Module:\n", 1, true), text)
     assert.is_truthy(text:find("\n  m:state_dict_keys  The keys of state_dict(), in PyTorch's order.", 1, true), text)
@@ -187,5 +188,133 @@ describe("attn.help.parse", function()
       { name = "demo.Tensor.view", text = "From C." },
       { name = "demo.x", text = "A field." },
     }, docs)
+  end)
+
+  it("names a function of the local table a file returns after its module", function()
+    local docs = help.parse("--- Grads.\n-- @module attn.autograd\nlocal M = {}\n--- The gradients.\n"
+      .. "function M.grad(o, i) end\nreturn M\n")
+    assert.are.same({ { name = "attn.autograd", text = "Grads." }, { name = "attn.autograd.grad", text = "The gradients." } },
+      docs)
+  end)
+end)
+
+describe("attn.help's index", function()
+  -- the areas, found here independently of attn.help: attn's table fields and
+  -- the lower-case modules under lua/attn/ and lua/attn/nn/
+  local function lower_modules(dir)
+    local names = {}
+    local p = assert(io.popen("ls " .. dir))
+    for f in p:lines() do
+      local name = f:match("^(%l[%w_]*)%.lua$")
+      if not name and f:match("^%l[%w_]*$") then
+        local fh = io.open(dir .. "/" .. f .. "/init.lua")
+        if fh then fh:close(); name = f end
+      end
+      if name and name ~= "init" then names[#names + 1] = name end
+    end
+    p:close()
+    return names
+  end
+
+  it("lists every public area under a heading of its own", function()
+    local text = quietly(attn.help)
+    for _, area in ipairs { "attn.block_mask:", "attn.optim:", "attn.autograd:", "attn.nn.functional:",
+                            "attn.nn.utils:", "attn.viz:", "attn.checkpoint (require \"attn.checkpoint\"):",
+                            "attn.assert (require \"attn.assert\"):" } do
+      assert.is_truthy(text:find("\n" .. area .. "\n", 1, true), area)
+    end
+    for k, v in pairs(attn) do
+      if type(v) == "table" and k ~= "Tensor" and k ~= "nn" then
+        assert.is_truthy(text:find("\nattn." .. k .. ":\n", 1, true), k)
+      end
+    end
+    -- modules that are attn's plumbing, not areas
+    local internal = { core = true, sdpa_autograd = true, checks = true }
+    for _, m in ipairs(lower_modules("lua/attn")) do
+      if not internal[m] and rawget(attn, m) == nil then
+        assert.is_truthy(text:find("\nattn." .. m .. " (require \"attn." .. m .. "\"):\n", 1, true), m)
+      end
+    end
+    for _, m in ipairs(lower_modules("lua/attn/nn")) do
+      if not internal[m] then assert.is_truthy(text:find("\nattn.nn." .. m .. ":\n", 1, true), m) end
+    end
+    assert.is_falsy(text:find("sdpa_autograd", 1, true))
+    assert.is_falsy(text:find("mark_parameter", 1, true)) -- autograd's helper for the nn classes
+  end)
+
+  it("lists an area's names, and each has a doc", function()
+    local text = quietly(attn.help)
+    local bm = text:match("\nattn%.block_mask:\n([^\n]*)\n")
+    assert.are.equal("  and_ causal document or_ sliding_window", bm)
+    assert.is_truthy(text:find("\nattn.optim:\n  Adam AdamW Optimizer SGD\n", 1, true))
+    assert.is_truthy(text:find("\nattn.checkpoint (require \"attn.checkpoint\"):\n  load save\n", 1, true))
+    local missing = {}
+    for _, area in ipairs(help.areas()) do
+      if not pcall(help.text, area.name) then missing[#missing + 1] = area.name end
+      for _, n in ipairs(help.area_names(area, help.index())) do
+        if not pcall(help.text, area.name .. "." .. n) then missing[#missing + 1] = area.name .. "." .. n end
+      end
+    end
+    assert.are.equal("", table.concat(missing, ", "))
+    assert.is_truthy(help.text("autograd.grad"):find("^attn%.autograd%.grad\nThe gradients of"))
+    assert.is_truthy(help.text("block_mask.sliding_window"):find("^attn%.block_mask%.sliding_window\n"))
+  end)
+
+  it("is built from what is there: a table added to attn appears with its names", function()
+    assert.is_nil(rawget(attn, "tokenizer_for_help_spec"))
+    attn.tokenizer_for_help_spec = { gpt2 = function() end, _private = 1 }
+    local ok, text = pcall(quietly, attn.help)
+    attn.tokenizer_for_help_spec = nil
+    assert(ok, text)
+    assert.is_truthy(text:find("\nattn.tokenizer_for_help_spec:\n  gpt2\n", 1, true), text)
+    assert.is_falsy(quietly(attn.help):find("tokenizer_for_help_spec", 1, true))
+  end)
+end)
+
+describe("attn.help of an nn class", function()
+  it("lists the public methods only: no _private ones, none of the classes' own plumbing", function()
+    local internals = { "direct_call", "recording", "linears_recording", "init", "extend", "is_module", "pyfloat",
+                        "forward_modules", "forward_cached" }
+    for _, cls in ipairs { "nn.Linear", "nn.MultiHeadAttention", "nn.CausalAttention", "nn.GroupedQueryAttention",
+                           "nn.Module" } do
+      local text = quietly(attn.help, cls)
+      assert.is_falsy(text:find("\n  m:_", 1, true), cls)
+      for _, name in ipairs(internals) do
+        assert.is_falsy(text:find("\n  m:" .. name .. "%f[^%w_]"), cls .. " lists " .. name)
+      end
+      for _, name in ipairs { "forward", "parameters", "state_dict", "load_state_dict", "train", "eval", "zero_grad" } do
+        assert.is_truthy(text:find("\n  m:" .. name .. "%f[^%w_]"), cls .. " lacks " .. name)
+      end
+    end
+    assert.is_truthy(quietly(attn.help, "nn.MultiHeadAttention"):find("\n  m:reset_cache  ", 1, true))
+  end)
+end)
+
+describe("make doc", function()
+  -- As an unprivileged user (nobody, when the spec runs as root) that
+  -- cannot install, with an LDoc that is not there and a package list with
+  -- one that does not exist: the error names what to install.
+  it("names the Debian packages it needs when it cannot install them", function()
+    local function sh(cmd)
+      local p = io.popen(cmd .. " 2>&1")
+      local out = p:read("a")
+      local ok = p:close()
+      return ok, out
+    end
+    local uid = io.popen("id -u"):read("l")
+    local prefix = ""
+    if uid == "0" then
+      if not sh("command -v setpriv") then pending("needs setpriv to drop root") return end
+      prefix = "setpriv --reuid=nobody --regid=nogroup --clear-groups "
+      if not sh(prefix .. "test -r Makefile") then pending("nobody cannot read this checkout") return end
+    elseif sh("sudo -n true") then
+      pending("sudo works here without a password: make doc would install") return
+    end
+    local ok, out = sh("HOME=/tmp " .. prefix .. "make -s doc LDOC=attn-no-such-ldoc"
+      .. " DOC_PACKAGES='lua-ldoc attn-no-such-package'")
+    assert.is_falsy(ok, out)
+    assert.is_truthy(out:find("attn: missing Debian packages: lua-ldoc attn-no-such-package -- install them with: "
+      .. "sudo apt-get install lua-ldoc attn-no-such-package", 1, true), out)
+    assert.is_truthy(out:find("attn: 'make doc' needs LDoc (Debian packages: lua-ldoc attn-no-such-package)", 1, true), out)
   end)
 end)

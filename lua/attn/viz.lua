@@ -60,10 +60,12 @@ local function check_tensor(fname, w, ranks, hint)
   fail(fname, "bad argument #1 'weights' (expected %s, got shape %s)", hint, shape_str(w))
 end
 
--- The most a drawing takes: 512 rows or columns per matrix, 2^20 cells in
--- all (an SVG cell is about 200 bytes: a 3000 x 3000 expanded view would
--- write 2 GB). Larger inputs are refused with a hint to narrow them first.
-viz.MAX_SIDE, viz.MAX_CELLS = 512, 1048576
+--- The most rows or columns a drawing takes per matrix: 512. Larger inputs
+-- are refused with a hint to narrow them first.
+viz.MAX_SIDE = 512
+--- The most cells a drawing takes in all: 2^20 (an SVG cell is about 200
+-- bytes: a 3000 x 3000 expanded view would write 2 GB).
+viz.MAX_CELLS = 1048576
 
 local function check_cells(fname, w, panels, nq, nk)
   if nq > viz.MAX_SIDE or nk > viz.MAX_SIDE or panels * nq * nk > viz.MAX_CELLS then

@@ -24,12 +24,13 @@ local function dotted(name) return (name:gsub(":", ".")) end
 
 -- The qualified name of `name` as written in a file of module `module`:
 -- `attn.allclose` in attn, `viz.show` in attn.viz (the module's local table),
+-- `M.grad` in attn.autograd (`returned`: the local table the file returns),
 -- `Tensor.float` in attn (a field of the module), `matmul` (an @function entry).
-local function qualify(module, name)
+local function qualify(module, name, returned)
   name = dotted(name)
   local last = module:match("([^.]+)$")
   local first, rest = name:match("^([^.]+)(.*)$")
-  if first == last then return module .. rest end
+  if first == last or first == returned then return module .. rest end
   return module .. "." .. name
 end
 
@@ -39,10 +40,17 @@ end
 -- `@function NAME` entry, or the `function NAME(` / `NAME =` line after it.
 -- @param source the file's text
 -- @param[opt] module the module name when the file declares none
-function M.parse(source, module)
+-- @param[opt] as the module name to use whatever the file declares (a module
+-- published under another name: attn.assert is attn.tools.assert)
+function M.parse(source, module, as)
   local docs = {}
   local lines = {}
   for line in (source .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  -- the local table the file returns names its functions (`function M.grad`)
+  local returned
+  for j = #lines, 1, -1 do
+    if lines[j]:match("%S") then returned = lines[j]:match("^return%s+([%a_][%w_]*)%s*$"); break end
+  end
   local i = 1
   while i <= #lines do
     if lines[i]:match("^%-%-%-") and not lines[i]:match("^%-%-%-%-") then
@@ -68,14 +76,14 @@ function M.parse(source, module)
       local kind = tags.module or tags.submodule or tags.classmod
       local name
       if kind then
-        module = kind
+        module = as or kind
         -- a @submodule file adds to its module and does not document it again
-        if not tags.submodule then name = kind end
+        if not tags.submodule then name = module end
       elseif tags["function"] then
-        name = qualify(module or "attn", tags["function"])
+        name = qualify(module or "attn", tags["function"], returned)
       elseif i <= #lines then
         local target = lines[i]:match("^function%s+([%w_.:]+)%s*%(") or lines[i]:match("^([%w_][%w_.]*)%s*=")
-        if target and module then name = qualify(module, target) end
+        if target and module then name = qualify(module, target, returned) end
       end
       -- trailing blank lines go
       while #text > 0 and text[#text]:match("^%s*$") do text[#text] = nil end
@@ -129,18 +137,140 @@ function M.nn_class_names()
   return names
 end
 
---- The source files read for docs: `{module name, path}` pairs.
+-- Modules under lua/attn/ that are attn's own plumbing, not an area a user
+-- calls into (attn.core is the C module; sdpa_autograd installs the recorded
+-- attention; nn.checks holds the nn classes' argument checks).
+local INTERNAL_MODULES = { ["attn.core"] = true, ["attn.sdpa_autograd"] = true, ["attn.nn.checks"] = true }
+
+-- Public-looking names that attn's own files share with each other.
+local INTERNAL_NAMES = {
+  ["attn.autograd"] = { mark_parameter = true, is_parameter = true, sum_to = true, print_suffixes = true },
+}
+
+-- The directory of a module's files ("attn" -> .../lua/attn), or nil.
+local function module_dir(name)
+  local init = package.searchpath(name, package.path)
+  return init and init:match("[/\\]init%.lua$") and init:match("^(.*)[/\\]") or nil
+end
+
+-- The modules one level below `parent` ("attn" -> attn.checkpoint, attn.optim,
+-- ...): lower-case NAME.lua files and NAME/ directories with an init.lua.
+local function submodules(parent)
+  local dir, out = module_dir(parent), {}
+  if not dir then return out end
+  for _, f in ipairs(list_dir(dir)) do
+    local name = f:match("^(%l[%w_]*)%.lua$")
+    if not name and f:match("^%l[%w_]*$") then
+      local fh = io.open(dir .. "/" .. f .. "/init.lua", "r")
+      if fh then fh:close(); name = f end
+    end
+    if name and name ~= "init" then out[#out + 1] = parent .. "." .. name end
+  end
+  return out
+end
+
+--- The public areas beyond attn's functions, the tensor methods and the nn
+-- classes, as found now (an area added later is listed with no change here):
+-- every table field of attn (attn.block_mask, attn.optim, ...), every
+-- lower-case module of nn (nn.functional, nn.utils), and every module under
+-- lua/attn/ that attn does not load as a field (`require "attn.checkpoint"`).
+-- Returns a sorted list of `{name = "attn.optim", value = the table or nil,
+-- require = true for a module required on its own}`.
+function M.areas()
+  local attn = require "attn"
+  local out, seen = {}, { ["attn.Tensor"] = true, ["attn.nn"] = true }
+  for k, v in pairs(attn) do
+    local name = "attn." .. tostring(k)
+    if type(k) == "string" and not k:match("^_") and type(v) == "table" and not seen[name] then
+      seen[name] = true
+      out[#out + 1] = { name = name, value = v }
+    end
+  end
+  local function add(name, value, required)
+    if seen[name] or INTERNAL_MODULES[name] then return end
+    seen[name] = true
+    out[#out + 1] = { name = name, value = type(value) == "table" and value or nil, require = required }
+  end
+  for _, m in ipairs(submodules("attn")) do
+    local field = m:match("^attn%.(.*)$")
+    if not INTERNAL_MODULES[m] then
+      -- a field attn loads on first use is a field, not a module required on its own
+      local got, as_field = pcall(function() return attn[field] end)
+      if got and type(as_field) == "table" then
+        add("attn." .. field, as_field)
+      elseif not (got and as_field ~= nil) then
+        local ok, v = pcall(require, m)
+        add(m, ok and v, true)
+      end
+    end
+  end
+  for _, m in ipairs(submodules("attn.nn")) do
+    if not INTERNAL_MODULES[m] then add(m, attn.nn[m:match("([^.]+)$")]) end
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
+-- The public names of an area (its table's keys, or the documented names
+-- under it when its module cannot be loaded here), sorted.
+local function area_names(area, idx)
+  local names, hidden = {}, INTERNAL_NAMES[area.name] or {}
+  if area.value then
+    for k in pairs(area.value) do
+      if type(k) == "string" and not k:match("^_") and not hidden[k] then names[#names + 1] = k end
+    end
+  else
+    local prefix = "^" .. area.name:gsub("%.", "%%.") .. "%.([%w_]+)$"
+    for full in pairs(idx) do
+      local k = full:match(prefix)
+      if k and not hidden[k] then names[#names + 1] = k end
+    end
+  end
+  table.sort(names)
+  return names
+end
+M.area_names = area_names
+
+--- The source files read for docs: `{module name, path[, published name]}`:
+-- the fixed list above, every nn class file, and each area's module with the
+-- files of its directory (a module that only forwards, `return require "Y"`,
+-- is read from Y's file under its own name).
 function M.source_files()
-  local files = {}
-  local mods = {}
-  for _, m in ipairs(MODULE_FILES) do mods[#mods + 1] = m end
+  local files, mods, listed = {}, {}, {}
+  local function add(m, as)
+    if listed[m] then return end
+    listed[m] = true
+    mods[#mods + 1] = { m, as }
+  end
+  for _, m in ipairs(MODULE_FILES) do add(m) end
   local file_of = nn_files()
   for _, c in ipairs(M.nn_class_names()) do
-    if c ~= "ModuleList" then mods[#mods + 1] = "attn.nn." .. (file_of[c] or c) end
+    if c ~= "ModuleList" then add("attn.nn." .. (file_of[c] or c)) end
+  end
+  for _, area in ipairs(M.areas()) do
+    add(area.name)
+    local dir = module_dir(area.name)
+    if dir then
+      for _, f in ipairs(list_dir(dir)) do
+        local name = f:match("^([%a_][%w_]*)%.lua$")
+        if name and name ~= "init" then add(area.name .. "." .. name) end
+      end
+    end
   end
   for _, m in ipairs(mods) do
-    local path = package.searchpath(m, package.path)
-    if path then files[#files + 1] = { m, path } end
+    local path = package.searchpath(m[1], package.path)
+    if path then
+      local fh = io.open(path, "r")
+      local src = fh and fh:read("a") or ""
+      if fh then fh:close() end
+      local target = src:match("^%s*[^\n]*\n?[^\n]*\n?%s*return%s+require%s*%(?%s*[\"']([%w_.]+)[\"']%s*%)?%s*$")
+      local tpath = target and package.searchpath(target, package.path)
+      if tpath then
+        files[#files + 1] = { m[1], tpath, m[1] }
+      else
+        files[#files + 1] = { m[1], path, m[2] }
+      end
+    end
   end
   return files
 end
@@ -157,7 +287,7 @@ function M.index()
     if fh then
       local src = fh:read("a")
       fh:close()
-      for _, d in ipairs(M.parse(src, f[1])) do
+      for _, d in ipairs(M.parse(src, f[1], f[3])) do
         if not index[d.name] then index[d.name] = d.text end
       end
     end
@@ -246,33 +376,6 @@ local function normalise(name)
   return name
 end
 
--- The topics listing: every documented public name, grouped.
-local function topics()
-  local groups = { { "attn functions", "^attn%.([%w_]+)$" }, { "tensor methods (t:name)", "^attn%.Tensor%.([%w_]+)$" },
-    { "nn classes", "^attn%.nn%.(%u[%w_]*)$" }, { "attn.viz", "^attn%.viz%.([%w_]+)$" } }
-  local out = { "attn.help(name_or_value) explains one of these, e.g. attn.help(\"matmul\"), attn.help(nn.Linear):" }
-  local idx = M.index()
-  for _, g in ipairs(groups) do
-    local names = {}
-    for full in pairs(idx) do
-      local short = full:match(g[2])
-      if short and (g[1] ~= "attn functions" or type(require("attn")[short]) == "function") then
-        names[#names + 1] = short
-      end
-    end
-    table.sort(names)
-    out[#out + 1] = ""
-    out[#out + 1] = g[1] .. ":"
-    local line = " "
-    for _, n in ipairs(names) do
-      if #line + #n + 1 > 78 then out[#out + 1] = line; line = " " end
-      line = line .. " " .. n
-    end
-    out[#out + 1] = line
-  end
-  return table.concat(out, "\n")
-end
-
 -- Names in columns after a heading, wrapped at 78 columns.
 local function name_columns(out, names)
   local line = " "
@@ -281,6 +384,35 @@ local function name_columns(out, names)
     line = line .. " " .. n
   end
   if line ~= " " then out[#out + 1] = line end
+end
+
+-- The topics listing: attn's functions, the tensor methods and the nn classes
+-- (their documented names), then every area M.areas() finds, with its names.
+local function topics()
+  local attn = require "attn"
+  local idx = M.index()
+  local out = { "attn.help(name_or_value) explains one of these, e.g. attn.help(\"matmul\"), attn.help(nn.Linear):" }
+  local groups = { { "attn functions", "^attn%.([%w_]+)$" }, { "tensor methods (t:name)", "^attn%.Tensor%.([%w_]+)$" },
+    { "nn classes", "^attn%.nn%.(%u[%w_]*)$" } }
+  for _, g in ipairs(groups) do
+    local names = {}
+    for full in pairs(idx) do
+      local short = full:match(g[2])
+      if short and (g[1] ~= "attn functions" or type(rawget(attn, short)) == "function") then
+        names[#names + 1] = short
+      end
+    end
+    table.sort(names)
+    out[#out + 1] = ""
+    out[#out + 1] = g[1] .. ":"
+    name_columns(out, names)
+  end
+  for _, area in ipairs(M.areas()) do
+    out[#out + 1] = ""
+    out[#out + 1] = area.name .. (area.require and (" (require \"" .. area.name .. "\")") or "") .. ":"
+    name_columns(out, area_names(area, idx))
+  end
+  return table.concat(out, "\n")
 end
 
 -- The documented methods of the tensors (t:name), sorted.
@@ -308,9 +440,15 @@ end
 -- The first line of a doc text.
 local function summary(text) return (text:match("^([^\n]*)")) end
 
--- "methods:" lines for an nn class: its own methods, then those it inherits
--- (from Module and any class between), each with the first line of its doc.
-local HIDDEN_METHODS = { init = true, extend = true, is_module = true, pyfloat = true }
+-- "methods:" lines for an nn class: its own public methods, then the public
+-- ones it inherits (from Module and any class between), each with the first
+-- line of its doc. Hidden: `_names`, and the methods attn's own classes use
+-- to build themselves and their fused calls (a user never calls them on a module).
+local HIDDEN_METHODS = {
+  init = true, extend = true, is_module = true, pyfloat = true, -- class building, extra_repr's helper
+  direct_call = true, recording = true, linears_recording = true, -- the fused forwards' plumbing
+  forward_modules = true, forward_cached = true, -- forward's reference path and its KV-cache path
+}
 local function class_methods(cls)
   local idx = M.index()
   local out, seen = {}, {}
@@ -329,7 +467,13 @@ local function class_methods(cls)
     if #names > 0 then
       out[#out + 1] = first and "methods:" or ("methods from " .. cname .. ":")
       for _, k in ipairs(names) do
-        local doc = idx["attn.nn." .. cname .. "." .. k]
+        -- an override without a doc of its own (Linear:extra_repr) has its ancestor's
+        local doc
+        local d = c
+        while type(d) == "table" and not doc do
+          doc = idx["attn.nn." .. (rawget(d, "__name") or "Module") .. "." .. k]
+          d = rawget(d, "super")
+        end
         out[#out + 1] = "  m:" .. k .. (doc and ("  " .. summary(doc)) or "")
       end
     end

@@ -469,6 +469,11 @@
 -- attn.scaled_dot_product_attention(q, k, v, {block_mask = bm})
 -- @function block_mask
 
+--- The built-in causal mask function for `attn.block_mask`: key k is visible to query q iff
+-- k <= q (1-based positions). Evaluated in C, never calling Lua.
+-- @usage attn.block_mask(attn.block_mask.causal, 1, 8, n, n)
+-- @function block_mask.causal
+
 --- The built-in causal sliding-window mask for `attn.block_mask`: query q sees key k iff
 -- k <= q and q - k < w, the w keys that end at its own (a window of width w, the query's own
 -- key included: Mistral's `sliding_window` convention). The keys are those of
@@ -479,6 +484,27 @@
 -- @return a mask function for `attn.block_mask` (and for `and_`, `or_`)
 -- @usage attn.block_mask(attn.block_mask.sliding_window(256), 1, 1, n, n) -- sees what window = {255, 0} sees
 -- @function block_mask.sliding_window
+
+--- A built-in document mask function for `attn.block_mask` (packed sequences): key k is visible
+-- to query q iff ids[q] == ids[k]. Not causal by itself: combine it with `causal` through `and_`.
+-- Evaluated in C.
+-- @param ids a tensor [L], one document id per token, L >= max(Lq, Lk)
+-- @return a mask function
+-- @function block_mask.document
+
+--- The mask function visible where every one of f, g, ... is (FlexAttention's and_masks).
+-- Built-ins are combined in C; a Lua function among them is called once per block.
+-- @param f a mask function (built-in or Lua)
+-- @param g a mask function, and more after it
+-- @return a mask function
+-- @function block_mask.and_
+
+--- The mask function visible where any one of f, g, ... is (FlexAttention's or_masks).
+-- Built-ins are combined in C; a Lua function among them is called once per block.
+-- @param f a mask function (built-in or Lua)
+-- @param g a mask function, and more after it
+-- @return a mask function
+-- @function block_mask.or_
 
 --- Rotary position embedding of x [..., n, E] (E even): each pair (a, b) of row r is rotated by
 -- theta = (p_r - 1) * base^(-2i/E) (i = 0 .. E/2 - 1), a' = a cos - b sin, b' = b cos + a sin.
