@@ -3,7 +3,7 @@
 -- backward of `attn.core.autograd` and `attn.core.modules`
 -- (src/core/sdpa_backward.c, src/core/modules_backward.c). Unrecorded calls
 -- (grad mode off, or no input that requires grad) run the plain C functions.
--- @module attn.sdpa_autograd
+-- @module attn.autograd.sdpa
 local core = require "attn.core"
 local autograd = require "attn.autograd"
 
