@@ -120,10 +120,8 @@ local autograd = require "attn.autograd"
 --- Reverse-mode autograd: `attn.autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph, allow_unused}]])`,
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
-require("attn.autograd.derivatives").install(attn)
-require("attn.autograd.ops13").install(attn) -- clamp, var/std, where, gather, sort, ... (issue #13)
-require("attn.sdpa_autograd").install(attn) -- the C backward of both kernels (src/core/sdpa_backward.c)
-attn.rope = require("attn.autograd.rope").rope
+-- every recorded op in place of its raw C function (the index of which file holds which formula is there)
+require("attn.autograd.formulas").install(attn)
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).

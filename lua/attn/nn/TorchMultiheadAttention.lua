@@ -42,7 +42,7 @@ local caller = require "attn.caller"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
-local linear = require("attn.autograd.attention").linear -- x [..., in] W^T + b, recorded as torch's F.linear
+local linear = require("attn.autograd.linear").linear -- x [..., in] W^T + b, recorded as torch's F.linear
 
 local NAME = "MultiheadAttention"
 local MultiheadAttention = Module:extend(NAME)
