@@ -20,7 +20,7 @@ local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
 
 local M = {}
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 -- the raw C functions, captured before install replaces them
 local raw = {}

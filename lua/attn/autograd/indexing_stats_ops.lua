@@ -13,10 +13,9 @@
 local core = require "attn.core"
 local autograd = require "attn.autograd"
 
-local Tensor_mt = core.Tensor_mt
 local raw_method = core.Tensor -- methods only C has (clamp_, scatter_add_)
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 -- the positions of the tensor arguments among ..., in order: the engine's inputs
 local function tensor_positions(...)

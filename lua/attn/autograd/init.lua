@@ -17,7 +17,7 @@
 -- is an error at backward, naming the saving node and the writer.
 -- @module attn.autograd
 local core = require "attn.core"
-local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
+local Tensor = core.Tensor
 local version_of = core._version
 local raw_zeros, raw_ones = core.zeros, core.ones
 
@@ -78,7 +78,7 @@ local function restore_mode(co, is_main, prev)
   if prev == nil and next_(modes) == nil then any_own = false end
 end
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 local function shape_str(sizes) return "[" .. table.concat(sizes, ", ") .. "]" end
 

@@ -38,7 +38,7 @@
 -- with an attn_mask, is_causal is only a hint and attn_mask is used.
 -- @classmod attn.nn.MultiheadAttention
 local attn = require "attn"
-local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
@@ -50,14 +50,11 @@ local MultiheadAttention = Module:extend(NAME)
 -- torch's out_proj class: a Linear under the name torch prints
 local NonDynamicallyQuantizableLinear = Linear:extend("NonDynamicallyQuantizableLinear")
 
-local function describe(v)
-  if type(v) == "number" then return tostring(v) end
-  if attn.is_tensor(v) then return "attn.Tensor of shape " .. checks.shape(v) end
-  return type(v)
-end
+-- what came, in messages: numbers by value, tensors with their shape
+local describe = argcheck.describer{shape = " of shape "}
 
 local function ctor_fail(fmt, ...)
-  caller.error(("attn.nn.%s: " .. fmt):format(NAME, ...))
+  argcheck.fail("attn.nn." .. NAME, fmt, ...)
 end
 
 -- Errors of forward start with "MultiheadAttention:forward:" (level 0: Module's
