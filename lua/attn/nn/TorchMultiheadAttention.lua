@@ -52,6 +52,7 @@ local NonDynamicallyQuantizableLinear = Linear:extend("NonDynamicallyQuantizable
 
 -- what came, in messages: numbers by value, tensors with their shape
 local describe = argcheck.describer{shape = " of shape "}
+local describe_option = argcheck.describer{strings = true, shape = " of shape "} -- strings quoted
 
 local function ctor_fail(fmt, ...)
   argcheck.fail("attn.nn." .. NAME, fmt, ...)
@@ -153,7 +154,7 @@ local function forward_options(opts)
     elseif want == "boolean" then ok = type(v) == "boolean"
     else ok = v == "bool" or v == "float" end
     if not ok then
-      fwd_fail("bad option '%s' (expected %s, got %s)", k, want, type(v) == "string" and ("%q"):format(v) or describe(v))
+      fwd_fail("bad option '%s' (expected %s, got %s)", k, want, describe_option(v))
     end
   end
   return opts
