@@ -1,4 +1,4 @@
--- Robustness of block masks and the SDPA variants (issues #15 and #12): the
+-- Robustness of block masks and the SDPA variants: the
 -- crashes and silent wrong answers the fuzzers found, one spec each.
 local attn = require "attn"
 

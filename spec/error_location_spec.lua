@@ -1,7 +1,7 @@
 -- Errors raised in the Lua layer point at the caller, as errors of a C
 -- function called directly do: the message starts with this spec file's
 -- line (or has no position), never with a file of the library such as
--- ".../attn/sdpa_autograd.lua:28:" or ".../attn/init.lua:154:", however deep
+-- ".../attn/autograd/sdpa.lua:28:" or ".../attn/init.lua:154:", however deep
 -- the call went before the check failed. The wording after the position is
 -- each function's own.
 local attn = require "attn"

@@ -1,7 +1,7 @@
 -- The fuzzer (scripts/fuzz.lua) in-process: random careless call sequences
 -- for a few seeds must each end without a fuzz failure (every error a
 -- non-empty message naming its function), and the message check itself must
--- reject what it is there to catch. Every call kind of issue #11 runs by
+-- reject what it is there to catch. Every call kind runs by
 -- default (coroutines, long lists, finalizers, wrong selves, overlapping
 -- in-place views; FIFOs, swapped files, failed saves and hostile
 -- environments in child processes).

@@ -117,7 +117,7 @@ describe("attn.help", function()
     assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", err_of(help.text, "qqqqqqq"))
   end)
 
-  it("prints the suggestions for an unknown name instead of raising (issue #13)", function()
+  it("prints the suggestions for an unknown name instead of raising", function()
     assert.are.equal("attn.help: no doc for 'matmull'; did you mean matmul, mul?", quietly(attn.help, "matmull"))
     assert.are.equal("attn.help: no doc for 'qqqqqqq'; attn.help() lists the topics", quietly(attn.help, "qqqqqqq"))
     assert.are.equal("attn.help: no doc for 'Tensor.transpos'; did you mean Tensor.transpose?",

@@ -1,4 +1,4 @@
--- A hostile environment (issue #11 item 4): children run
+-- A hostile environment: children run
 -- spec/fixtures/hostile_env_child.lua (every parallel region of the core at a
 -- size where it splits: elementwise, matmul, softmax, both attention kernels,
 -- module forwards, dropout) under one variable each. None may crash or hang,

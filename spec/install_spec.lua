@@ -1,4 +1,4 @@
--- `make install PREFIX=<temp>` (issue #13): the module in the standard Lua 5.4
+-- `make install PREFIX=<temp>`: the module in the standard Lua 5.4
 -- paths, and the launchers in PREFIX/bin working from another directory with
 -- the installed module alone: attn-lua (a script, -e, the REPL) and
 -- attn-busted (busted on a user's own specs). Under `make asan` the install

@@ -53,7 +53,7 @@ describe("attn.nn causal modules: causality and batch independence", function()
         local alone = m(x:narrow(1, j, 1):contiguous())
         C.close(alone, {shape = alone:size(), data = C.flat(out:narrow(1, j, 1))}, 0, 1e-6, name .. " item " .. j)
       end
-      -- changing item 1 leaves every other item's output bitwise unchanged
+      -- changing the first batch entry leaves every other entry's output bitwise unchanged
       local x2 = x:clone()
       x2:narrow(1, 1, 1):copy_(attn.rand(1, shape[2], shape[3]))
       local out2 = m(x2)

@@ -1,10 +1,10 @@
--- Reliability round 2, attention numerics (issue #11, items 11 to 14):
---  11. a query row whose keys are all hidden gives zeros (out and weights) in
+-- Reliability of attention numerics:
+--  - a query row whose keys are all hidden gives zeros (out and weights) in
 --      both kernels and the fused module forward, even where v holds NaN/inf;
---  12. scale is checked as the float32 the kernels use (1e39 is inf there);
---  13. the modules' `mask` buffer takes effect as in the notebooks' torch code
+--  - scale is checked as the float32 the kernels use (1e39 is inf there);
+--  - the modules' `mask` buffer takes effect as in the notebooks' torch code
 --      (`self.mask.bool()[:n, :n]`): loaded, edited in place, per head;
---  14. a float mask holding anything but 0 and 1 is an error suggesting bias.
+--  - a float mask holding anything but 0 and 1 is an error suggesting bias.
 -- Expected values come from PyTorch 1.13 fixtures
 -- (spec/fixtures/mask_buffer_cases.lua, written by
 -- scripts/fixtures/make_mask_buffer_fixtures.py) or from double-precision
@@ -119,7 +119,7 @@ local function all_zero(t)
   return true
 end
 
-describe("item 11: a fully hidden query row gives zeros", function()
+describe("a fully hidden query row gives zeros", function()
   -- v [Lk = 5, 3]: column 1 holds a NaN (key 2), column 2 an inf (key 3), column 3 is clean
   local lq, lk, e = 4, 5, 3
   local q = C.lcg_tensor(1, 1.0, 1, lq, e)
@@ -232,7 +232,7 @@ describe("item 11: a fully hidden query row gives zeros", function()
   end)
 end)
 
-describe("item 12: scale is checked as float32", function()
+describe("scale is checked as float32", function()
   local q, k, v = attn.rand(1, 3, 4), attn.rand(1, 5, 4), attn.rand(1, 5, 2)
 
   it("scale = 1e39 (inf in float32) is an error in both kernels", function()
@@ -271,7 +271,7 @@ describe("item 12: scale is checked as float32", function()
   end)
 end)
 
-describe("item 13: the modules' mask buffer takes effect", function()
+describe("the modules' mask buffer takes effect", function()
   local function build(c)
     local a = c.args
     if c.class == "CausalAttention" then return nn.CausalAttention(a[1], a[2], a[3], a[4]) end
@@ -409,7 +409,7 @@ describe("item 13: the modules' mask buffer takes effect", function()
   end)
 end)
 
-describe("item 14: a float mask must hold only 0 and 1", function()
+describe("a float mask must hold only 0 and 1", function()
   local q, k, v = attn.rand(2, 3, 4), attn.rand(2, 5, 4), attn.rand(2, 5, 2)
 
   it("an ALiBi-like table as mask is an error suggesting bias, in both kernels", function()

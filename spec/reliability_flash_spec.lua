@@ -1,4 +1,4 @@
--- Issue #11 item 10: the flash kernel must not overflow where the math kernel
+-- The flash kernel must not overflow where the math kernel
 -- is finite. Values near FLT_MAX / Lk used to overflow flash's unnormalised
 -- output accumulator (v = 1e36, Lk = 1000: math 1e36, flash inf), and "auto"
 -- switches kernels by size. Each case: math's result is finite, flash's is
@@ -45,7 +45,7 @@ end
 -- A tensor of the given shape, all elements x (when a number) or from the LCG times amp.
 local function filled(x, ...) return attn.full({...}, x) end
 
-describe("flash kernel stays finite where the math kernel is (#11 item 10)", function()
+describe("flash kernel stays finite where the math kernel is", function()
   it("v = 1e36, Lk = 1000 (the reported case), against a double-precision softmax too", function()
     local lq, lk, e, ev = 5, 1000, 8, 3
     local q, k = C.lcg_tensor(1, 0.5, 1, lq, e), C.lcg_tensor(2, 0.5, 1, lk, e)

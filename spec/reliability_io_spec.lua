@@ -1,8 +1,7 @@
--- Reliability round 2 (issue #11), the I/O and binding items: long lists on
--- the Lua stack (1), metamethods with a wrong self (2), finalizers that
--- change save_safetensors' arguments during the call (3), FIFOs (5), one file
--- descriptor per load and atomic saves (9), the REPL's error printing (6, 16)
--- and paths / .npy headers with stray bytes (17). Whatever could crash runs
+-- Reliability of I/O and the binding: long lists on the Lua stack,
+-- metamethods with a wrong self, finalizers that change save_safetensors'
+-- arguments during the call, FIFOs, one file descriptor per load and atomic
+-- saves, the REPL's error printing and paths / .npy headers with stray bytes. Whatever could crash runs
 -- in a child lua5.4 (scripts/attn-lua, which the ASan run points at its own
 -- build), so that a crash fails one spec instead of the whole run.
 local attn = require "attn"
@@ -65,7 +64,7 @@ local function mkdtemp()
   return d
 end
 
-describe("issue 11 item 1: lists of any length on the Lua stack", function()
+describe("lists of any length on the Lua stack", function()
   it("cat and stack join 100000 tensors, at top level and inside a coroutine; a 200-head wrapper runs", function()
     local out, rc = run_child([[
       local attn = require "attn"
@@ -123,7 +122,7 @@ describe("issue 11 item 1: lists of any length on the Lua stack", function()
   end)
 end)
 
-describe("issue 11 item 2: metamethods and methods with a wrong self", function()
+describe("metamethods and methods with a wrong self", function()
   it("raise a Lua error for every function in the metatable and the methods table", function()
     local out, rc = run_child([[
       local attn = require "attn"
@@ -173,7 +172,7 @@ describe("issue 11 item 2: metamethods and methods with a wrong self", function(
   end)
 end)
 
-describe("issue 11 item 3: save_safetensors while a finalizer changes its arguments", function()
+describe("save_safetensors while a finalizer changes its arguments", function()
   it("writes the tensors and metadata the tables held when the call began, or raises; never crashes", function()
     local out, rc = run_child([[
       local attn = require "attn"
@@ -227,7 +226,7 @@ describe("issue 11 item 3: save_safetensors while a finalizer changes its argume
   end)
 end)
 
-describe("issue 11 item 5: loading a FIFO", function()
+describe("loading a FIFO", function()
   it("attn.load, attn.load_safetensors and m:load refuse it at once instead of blocking", function()
     local fifo = tmpname(".fifo")
     assert.is_true(os.execute("mkfifo '" .. fifo .. "'"))
@@ -268,7 +267,7 @@ local SWAPPER = [[
   end
 ]]
 
-describe("issue 11 item 9: a file replaced by rename while it loads", function()
+describe("a file replaced by rename while it loads", function()
   local function swap_test(save, load, same_as)
     local dir = mkdtemp()
     local a, b, target, stop = dir .. "/a", dir .. "/b", dir .. "/target", dir .. "/stop"
@@ -303,7 +302,7 @@ describe("issue 11 item 9: a file replaced by rename while it loads", function()
   end)
 end)
 
-describe("issue 11 item 9: saves write a temporary file and rename it", function()
+describe("saves write a temporary file and rename it", function()
   -- A child under `ulimit -f` (SIGXFSZ ignored): writes past 64 KiB fail with EFBIG.
   local function save_past_limit(code)
     return run_child(code, 60, "trap '' XFSZ; ulimit -f 128;")
@@ -371,7 +370,7 @@ describe("issue 11 item 9: saves write a temporary file and rename it", function
   end)
 end)
 
-describe("issue 11 item 17 (I/O): stray bytes in paths and .npy headers", function()
+describe("stray bytes in paths and .npy headers", function()
   it("a path with an embedded NUL is an error, not a shorter path", function()
     local dir = mkdtemp()
     local p = dir .. "/a\0b"
@@ -429,7 +428,7 @@ local function run_repl(input)
   return out:gsub("rc=%d+%s*$", ""):gsub("^[^\n]*\n", "", 1), rc -- without the banner
 end
 
-describe("issue 11 item 6: the REPL survives values and errors whose __tostring fails", function()
+describe("the REPL survives values and errors whose __tostring fails", function()
   it("prints an error for each and goes on", function()
     local out, rc = run_repl(table.concat({
       "x = setmetatable({}, {__tostring = function() error('boom') end})",
@@ -456,7 +455,7 @@ describe("issue 11 item 6: the REPL survives values and errors whose __tostring 
   end)
 end)
 
-describe("issue 11 item 16: errors in a module's forward, in the REPL", function()
+describe("errors in a module's forward, in the REPL", function()
   it("name Class:forward and no file of attn's own", function()
     local out, rc = run_repl(table.concat({
       "m = nn.Linear(2,3)",

@@ -1,6 +1,6 @@
--- Reliability round 2 (issue #11), tensor items: in-place ops on overlapping
--- operands (7), writability of expanded views (8), x[{i, j}] indexing (15),
--- reductions over huge expanded views (18), argument checks of 17.
+-- Reliability of tensor ops: in-place ops on overlapping operands,
+-- writability of expanded views, x[{i, j}] indexing, reductions over huge
+-- expanded views, argument checks and their messages.
 -- Expected values are computed here by hand or in plain Lua, never by attn.
 local attn = require "attn"
 local C = dofile("spec/fixtures/tensor_check.lua")
@@ -18,7 +18,7 @@ end
 
 local function seq(n) return attn.arange(1, n + 1) end
 
-describe("in-place ops with partially overlapping operands (issue #11 item 7)", function()
+describe("in-place ops with partially overlapping operands", function()
   for _, op in ipairs { "add_", "sub_", "mul_", "div_" } do
     it(op .. " of a view by a shifted view of the same storage is refused, self unchanged (as PyTorch)", function()
       local a = seq(6)
@@ -84,7 +84,7 @@ describe("in-place ops with partially overlapping operands (issue #11 item 7)", 
   end)
 end)
 
-describe("in-place ops on an expanded (self-overlapping) view (issue #11 item 8)", function()
+describe("in-place ops on an expanded (self-overlapping) view", function()
   local function column() return attn.ones(3):view(3, 1):expand(3, 3) end
   local refused = {
     { "triu_", function(e) return e:triu_(1) end },
@@ -130,7 +130,7 @@ local function child_prints(script, seconds)
   return text
 end
 
-describe("reductions over huge expanded views (issue #11 item 18)", function()
+describe("reductions over huge expanded views", function()
   it("sum, mean, max, min, argmax, argmin of ones(1):expand(2^40) in a moment, and equal too", function()
     local out = child_prints([[
       local attn = require "attn"
@@ -189,7 +189,7 @@ describe("reductions over huge expanded views (issue #11 item 18)", function()
   end)
 end)
 
-describe("x[{i, j}] indexing (issue #11 item 15)", function()
+describe("x[{i, j}] indexing", function()
   local function grid() return attn.arange(1, 13):view(3, 4) end
   it("a table of 1-based indices selects dims in order, as PyTorch's x[i-1, j-1]", function()
     local x = grid()
@@ -223,7 +223,7 @@ describe("x[{i, j}] indexing (issue #11 item 15)", function()
   end)
 end)
 
-describe("argument checks and messages (issue #11 item 17)", function()
+describe("argument checks and messages", function()
   it("extra arguments are refused, naming the function and the count", function()
     local t = attn.ones(2, 3)
     fails_matching(function() return t:max(1, true, 3) end, "attn.max", "bad argument #4 %(no more than 3 arguments expected, got 4%)")

@@ -62,7 +62,7 @@ describe("the REPL through a pipe", function()
     assert.is_truthy(out:find("\nattn.softmax\nsoftmax along dim", 1, true), out)
   end)
 
-  it("prints attn.get_printoptions() readably, and attn.help of an unknown name goes on (issue #13)", function()
+  it("prints attn.get_printoptions() readably, and attn.help of an unknown name goes on", function()
     local out, ok = run_repl(table.concat({
       "attn.get_printoptions()",
       "attn.set_printoptions { profile = 'full', precision = 2, sci_mode = false }",

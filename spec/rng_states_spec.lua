@@ -1,4 +1,4 @@
--- The random generator belongs to the Lua state (issue #11 item 19): a C host
+-- The random generator belongs to the Lua state: a C host
 -- that opens two lua_States in one process and requires attn in each gets
 -- two independent streams, also when the states run on two OS threads at
 -- once; coroutines of one state share its stream (as torch's one generator

@@ -90,7 +90,7 @@ describe("sdpa backward against torch 1.13 autograd", function()
   end)
 end)
 
-describe("attn.scaled_dot_product_attention records (attn.sdpa_autograd)", function()
+describe("attn.scaled_dot_product_attention records (attn.autograd.sdpa)", function()
   for _, idx in ipairs { 9, 10, 11, 12 } do -- dropout, broadcast (bias), weights_grad, all
     local c = cases[idx]
     for _, kernel in ipairs(c.has_dweights and { "math" } or { "math", "flash" }) do

@@ -1,4 +1,4 @@
--- The attention variants of issue #15 (enable_gqa, window, alibi_slopes,
+-- The attention variants (enable_gqa, window, alibi_slopes,
 -- softcap, return_lse), alone and combined with mask, bias, is_causal, scale
 -- and dropout, in both kernels. References: spec/fixtures/sdpa_variant_cases.lua,
 -- from PyTorch 1.13 plain ops in float64 (scripts/fixtures/make_variant_fixtures.py:

@@ -24,13 +24,13 @@
 -- generator are then as they were.
 -- @module attn.checkpoint
 local attn = require "attn"
-local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 
 local M = {}
 local FORMAT = "attn-checkpoint-1"
 
 local function fail(fname, fmt, ...)
-  caller.error(("attn.checkpoint.%s: " .. fmt):format(fname, ...))
+  argcheck.fail("attn.checkpoint." .. fname, fmt, ...)
 end
 
 local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end

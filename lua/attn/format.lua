@@ -5,8 +5,8 @@
 -- @module attn.format
 local core = require "attn.core"
 local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 
-local Tensor_mt = core.Tensor_mt
 local floor, ceil, huge = math.floor, math.ceil, math.huge
 local sformat, srep, concat = string.format, string.rep, table.concat
 
@@ -298,9 +298,7 @@ end
 --   `threshold` (1000), `edgeitems` (3), `linewidth` (80), `sci_mode` (nil: automatic)
 -- @return string
 function M.format(t, opts)
-  if getmetatable(t) ~= Tensor_mt then
-    caller.error("attn.format: bad argument #1 't' (expected attn.Tensor, got " .. type(t) .. ")")
-  end
+  argcheck.check_tensor("attn.format", t, 1, "t", type)
   local o = check_opts(opts)
   local prefix = "tensor("
   local indent = #prefix

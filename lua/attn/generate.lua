@@ -24,32 +24,22 @@
 -- as long as the probabilities agree to the bit where it matters.
 -- @module attn.generate
 local attn = require "attn"
+local argcheck = require "attn.argcheck"
 local caller = require "attn.caller"
 
 local FNAME = "attn.generate"
 
-local function describe(v)
-  if attn.is_tensor(v) then return "attn.Tensor [" .. table.concat(v:size(), ", ") .. "]" end
-  if type(v) == "number" then return tostring(v) end
-  return type(v)
-end
+-- what came, in messages: numbers by value, tensors with their shape
+local describe = argcheck.describer{shape = " "}
 
 local function bad(argn, what, expected, v)
-  caller.error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(FNAME, argn, what, expected, describe(v)))
+  argcheck.arg_error(FNAME, argn, what, expected, describe(v))
 end
 
+local OPTIONS = {temperature = "number", top_k = "number", use_cache = "boolean"}
+
 local function check_options(opts)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(4, "opts", "a table of options", opts) end
-  local known = {temperature = "number", top_k = "number", use_cache = "boolean"}
-  for k, v in pairs(opts) do
-    if not known[k] then
-      caller.error(("%s: unknown option '%s' (known: temperature, top_k, use_cache)"):format(FNAME, tostring(k)))
-    end
-    if type(v) ~= known[k] then
-      caller.error(("%s: bad option '%s' (expected %s, got %s)"):format(FNAME, k, known[k], describe(v)))
-    end
-  end
+  opts = argcheck.check_options(FNAME, opts, 4, OPTIONS, describe)
   if opts.temperature ~= nil and not (opts.temperature >= 0 and opts.temperature < math.huge) then
     caller.error(("%s: bad option 'temperature' (expected a finite number >= 0, got %s)"):format(FNAME,
       tostring(opts.temperature)))

@@ -6,6 +6,7 @@
 local core = require "attn.core"
 -- errors raised below the user's call point at the user's line (C and Lua alike)
 local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 
 local attn = {}
 for name, fn in pairs(core) do
@@ -19,33 +20,13 @@ attn.block_mask = core.block_mask
 local Tensor, mt = core.Tensor, core.Tensor_mt
 
 --- True when `x` is an attn tensor.
-function attn.is_tensor(x)
-  return getmetatable(x) == mt
-end
+-- @function is_tensor
+attn.is_tensor = argcheck.is_tensor
 
--- "attn.Tensor", or the Lua type (or __name) of anything else, for messages
-local function type_name(x)
-  if getmetatable(x) == mt then return "attn.Tensor" end
-  local m = getmetatable(x)
-  if type(m) == "table" and type(rawget(m, "__name")) == "string" then
-    if rawget(m, "__name") == "attn.Tensor" then return type(x) .. " (not an attn.Tensor)" end -- a look-alike
-    return rawget(m, "__name")
-  end
-  return type(x)
-end
-
--- Extra arguments are a mistake, never silently ignored (as attnL_check_nargs).
-local function check_nargs(fname, max, n)
-  if n > max then
-    caller.error(("%s: bad argument #%d (no more than %d argument%s expected, got %d)"):format(fname, max + 1, max,
-      max == 1 and "" or "s", n))
-  end
-end
+local check_nargs = argcheck.check_nargs
 
 local function check_tensor(x, fname, argn, what)
-  if getmetatable(x) ~= mt then
-    caller.error(("%s: bad argument #%d '%s' (expected attn.Tensor, got %s)"):format(fname, argn, what, type_name(x)))
-  end
+  argcheck.check_tensor(fname, x, argn, what)
 end
 
 --- A zero tensor of `t`'s shape.
@@ -120,10 +101,8 @@ local autograd = require "attn.autograd"
 --- Reverse-mode autograd: `attn.autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph, allow_unused}]])`,
 -- `attn.autograd.Function{name, forward, backward}` for a differentiable function of your own.
 attn.autograd = autograd
-require("attn.autograd.derivatives").install(attn)
-require("attn.autograd.ops13").install(attn) -- clamp, var/std, where, gather, sort, ... (issue #13)
-require("attn.sdpa_autograd").install(attn) -- the C backward of both kernels (src/core/sdpa_backward.c)
-attn.rope = require("attn.autograd.rope").rope
+-- every recorded op in place of its raw C function (the index of which file holds which formula is there)
+require("attn.autograd.formulas").install(attn)
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).

@@ -11,22 +11,18 @@
 -- labels on both axes, a colour legend. Colours follow the viridis scale from
 -- `vmin` (dark purple) to `vmax` (yellow).
 -- @module attn.viz
--- attn's init.lua loads this file while it builds the module: take the
--- tensor metatable from the core rather than requiring "attn" (a loop).
-local core = require "attn.core"
-local caller = require "attn.caller"
+-- attn's init.lua loads this file while it builds the module: its checks
+-- come from attn.argcheck rather than from requiring "attn" (a loop).
+local argcheck = require "attn.argcheck"
 
 local viz = {}
 
-local function is_tensor(x) return getmetatable(x) == core.Tensor_mt end
+local is_tensor = argcheck.is_tensor
 
 -- ---- shared helpers ------------------------------------------------------
 
-local function fail(fname, fmt, ...)
-  caller.error(fname .. ": " .. string.format(fmt, ...))
-end
-
-local function shape_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+local fail = argcheck.fail
+local shape_str = argcheck.shape
 
 local function check_opts(fname, opts, arg)
   if opts == nil then return {} end

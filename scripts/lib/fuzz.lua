@@ -1,5 +1,5 @@
 --- Fuzzing attn with hostile input: random sequences of API calls as a
--- careless user would make them (issue #6).
+-- careless user would make them.
 --
 --     scripts/attn-lua scripts/fuzz.lua --iterations N --seed S [--verbose]
 --
@@ -614,8 +614,8 @@ method_op("equal", 1, function(S, self) return maybe(S, 0.85, shaped_like, self)
 method_op("matmul", 1, function(S) return maybe(S, 0.9, pool_tensor) end)
 method_op("dot", 1, function(S) return maybe(S, 0.9, pool_tensor) end)
 
--- the ops of issue #13 (src/binding/lua_ops.c): bounds, dims, indices in and
--- out of range, as tables and as tensors
+-- clamp, var/std, where, cumsum, indexing, sorting (src/binding/lua_ops.c):
+-- bounds, dims, indices in and out of range, as tables and as tensors
 local function size_at(t, d)
   if not attn.is_tensor(t) or math.type(d) ~= "integer" or d == 0 or d < -t:dim() or d > t:dim() then return 3 end
   return t:size(d)
@@ -806,7 +806,7 @@ op(8, function(S)
   return attn.scaled_dot_product_attention, args, "attn.scaled_dot_product_attention", { "scaled_dot_product_attention" }
 end)
 
--- scaled_dot_product_attention with the variants of issue #15 (enable_gqa,
+-- scaled_dot_product_attention with its variants (enable_gqa,
 -- window, alibi_slopes, softcap, block_mask, return_lse), each good or
 -- careless, in any combination, sometimes recorded (requires_grad) with a
 -- backward. The block mask is built inside the call: fn a built-in, an
@@ -1012,7 +1012,7 @@ local CTORS = {
   end,
   Attention = function(S) return small_int(S), S.r.chance(0.3) and { row_dim = S.r.int(-2, 2), col_dim = S.r.int(-2, 2) } or nil end,
 }
--- the training layers of issue #16
+-- the training layers
 CTORS.Embedding = function(S) return small_int(S), small_int(S) end
 CTORS.LayerNorm = function(S)
   local r = S.r
@@ -1110,7 +1110,7 @@ op(8, function(S)
     { cls, "load_state_dict" }
 end)
 
--- ---- nn.functional and nn.utils (issue #16) -----------------------------------
+-- ---- nn.functional and nn.utils -----------------------------------------------
 
 -- ids or class targets of a shape: integer values in [1, n] (sometimes not)
 local function gen_ids(S, sizes, n)
@@ -1230,7 +1230,7 @@ end
 
 M.bad_message = bad_message
 
--- ---- call kinds beyond careless calls (issue #11) ---------------------------
+-- ---- call kinds beyond careless calls -----------------------------------------
 -- Each class of bug of the adversarial review has a kind, switchable with
 -- --kinds (see KINDS). In-process kinds take about one iteration in eight;
 -- child-process kinds (fifo, swap, failsave, env) one iteration in

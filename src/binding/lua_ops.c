@@ -1,4 +1,4 @@
-/* The ops of issue #13 from Lua: clamp, var/std, where, cumsum, index_select,
+/* Tensor ops from Lua beyond the elementwise table: clamp, var/std, where, cumsum, index_select,
  * gather, scatter_add_, chunk, split, repeat_interleave, topk, sort, argsort.
  * PyTorch's semantics with 1-based dims and indices: indices come in as Lua
  * tables or integer-valued tensors (1-based) and go out as float tensors

@@ -8,7 +8,7 @@
  * n <= correction, as PyTorch), std = sqrt(var), rounded once to float.
  * PyTorch 1.13 accumulates in double too (Welford along a dim, two passes
  * over every element), so results agree to the last float bit but for
- * rounding ties (spec/ops13_spec.lua checks within 1 ulp).
+ * rounding ties (spec/indexing_stats_ops_spec.lua checks within 1 ulp).
  * cumsum: a double running sum, each prefix rounded to float: PyTorch's CPU
  * cumsum for float does the same (acc_type double), so bits agree.
  *

@@ -45,7 +45,7 @@ typedef struct attn_sdpa_opts {
   attn_tensor *lse;           /* output: NULL, or contiguous [B..., Lq] that gets each row's log-sum-exp:
                                  max + log(sum exp(s - max)) of its scores after bias and masking (before
                                  dropout), natural log; -inf for a row with no visible key */
-  /* the variants (issue #15); attn_sdpa_defaults leaves them all off */
+  /* the variants (enable_gqa, window, alibi_slopes, softcap); attn_sdpa_defaults leaves them all off */
   int enable_gqa;             /* k and v may have fewer heads (dim -3) than q: Hq = g Hkv, query head h
                                  (0-based) reads kv head h / g, in place */
   int has_window;             /* window_left/right below apply */

@@ -14,7 +14,7 @@
  * algorithms from GCC 12's bits/stl_algo.h and bits/stl_heap.h step for step
  * (introsort with median-of-three pivots and a final insertion sort of
  * 16-element threshold, heap select, introselect), comparing only the
- * values, as PyTorch's comparators do. spec/ops13_spec.lua checks the indices
+ * values, as PyTorch's comparators do. spec/indexing_stats_ops_spec.lua checks the indices
  * against torch 1.13 on lines full of ties. Values are copied, never computed:
  * they are exact.
  *

@@ -1,4 +1,4 @@
-/* The training kernels of the core (issue #16): forward and backward of
+/* The training kernels of the core: forward and backward of
  * LayerNorm (layernorm.c), GELU (gelu.c), cross entropy with a fused
  * log-softmax (cross_entropy.c) and embedding lookup (embedding.c), and the
  * optimizer updates SGD / Adam / AdamW and the gradient-norm clip (optim.c).

@@ -1,8 +1,11 @@
---- The backward formula of every differentiable built-in op, in one table
--- (PyTorch's derivatives.yaml, as Lua). Each entry is an autograd.Function
--- over the raw C function of the op; `install` puts the recorded versions in
--- place of the raw ones in the methods table, the module table and the
--- metatable, so `t:exp()`, `attn.exp(t)` and `a + b` all record.
+--- The backward formula of every differentiable built-in op of the core, in
+-- one table (PyTorch's derivatives.yaml, as Lua). Each entry is an
+-- autograd.Function over the raw C function of the op; `install` puts the
+-- recorded versions in place of the raw ones in the methods table, the module
+-- table and the metatable, so `t:exp()`, `attn.exp(t)` and `a + b` all record.
+-- The other files of formulas (clamp, gather, sort, attention, rope, linear,
+-- the training layers...) and which op each holds: lua/attn/autograd/formulas.lua,
+-- whose install runs this one.
 --
 -- Conventions of the formulas: `g` is the gradient of the output, `ctx:saved()`
 -- gives back what forward saved, dims are 1-based as everywhere in the API and
@@ -17,7 +20,7 @@ local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
 
 local M = {}
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 -- the raw C functions, captured before install replaces them
 local raw = {}

@@ -78,7 +78,7 @@ local function restore_mode(co, is_main, prev)
   if prev == nil and next_(modes) == nil then any_own = false end
 end
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 local function shape_str(sizes) return "[" .. table.concat(sizes, ", ") .. "]" end
 

@@ -6,7 +6,7 @@ local autograd = require "attn.autograd"
 
 local M = {}
 
-local function is_tensor(x) return getmetatable(x) == core.Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 --- attn.rope(x[, opts]), recorded when x requires grad.
 M.rope = autograd.Function{

@@ -17,7 +17,7 @@ local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
 local fused_forward = require("attn.core").modules.attention_forward
-local fused_recorded = require("attn.sdpa_autograd").fused_attention
+local fused_recorded = require("attn.autograd.sdpa").fused_attention
 local is_grad_enabled = require("attn.autograd").is_grad_enabled
 local sqrt = math.sqrt
 -- the class checks of forward: the metatable itself (no __metatable lookup)
@@ -59,7 +59,7 @@ local function fused_call(self, x)
   if not checked then return nil end
   local p = dropout.training and dropout.p or 0
   if p >= 1 then return nil end
-  -- recording: the same C forward, with the C backward of every parameter (attn.sdpa_autograd)
+  -- recording: the same C forward, with the C backward of every parameter (attn.autograd.sdpa)
   local fused = is_grad_enabled() and Module.linears_recording(x, q, k, v) and fused_recorded or fused_forward
   return fused(x, self.d_in, self.context_length, 0, 1, 1 / sqrt(self.d_out), p,
     q.weight, q.bias, k.weight, k.bias, v.weight, v.bias, nil, nil, self.mask)

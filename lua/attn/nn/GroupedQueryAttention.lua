@@ -20,7 +20,7 @@
 -- loads with strict = false (they are recomputed here).
 -- @classmod attn.nn.GroupedQueryAttention
 local attn = require "attn"
-local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
@@ -30,7 +30,7 @@ local GQA = Module:extend("GroupedQueryAttention")
 local C = "GroupedQueryAttention"
 
 local function ctor_error(fmt, ...)
-  caller.error(("attn.nn.GroupedQueryAttention: " .. fmt):format(...))
+  argcheck.fail("attn.nn." .. C, fmt, ...)
 end
 
 function GQA:init(d_in, d_out, context_length, num_heads, num_kv_groups, opts)

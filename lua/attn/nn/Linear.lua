@@ -6,7 +6,7 @@
 -- @classmod attn.nn.Linear
 local attn = require "attn"
 local caller = require "attn.caller"
-local linear = require("attn.autograd.attention").linear
+local linear = require("attn.autograd.linear").linear
 local Module = require "attn.nn.Module"
 
 local Linear = Module:extend("Linear")

@@ -38,15 +38,12 @@
 -- m:state_dict_keys().
 -- @classmod attn.nn.Module
 local core = require "attn.core"
+local argcheck = require "attn.argcheck"
 local caller = require "attn.caller"
 local autograd = require "attn.autograd"
 
-local tensor_mt = core.Tensor_mt
-local function is_tensor(x) return getmetatable(x) == tensor_mt end
-
-local function shape_str(t)
-  return "[" .. table.concat(t:size(), ", ") .. "]"
-end
+local is_tensor = argcheck.is_tensor
+local shape_str = argcheck.shape
 
 local Module = {}
 Module.__index = Module
@@ -67,7 +64,7 @@ local function class_name(m)
 end
 
 local function fail(m, method, fmt, ...)
-  caller.error(("%s:%s: " .. fmt):format(class_name(m), method, ...))
+  argcheck.fail(class_name(m) .. ":" .. method, fmt, ...)
 end
 
 -- metamethods are looked up raw in the metatable: every class carries its own copy

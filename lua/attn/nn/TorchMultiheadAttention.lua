@@ -38,11 +38,11 @@
 -- with an attn_mask, is_causal is only a hint and attn_mask is used.
 -- @classmod attn.nn.MultiheadAttention
 local attn = require "attn"
-local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local checks = require "attn.nn.checks"
-local linear = require("attn.autograd.attention").linear -- x [..., in] W^T + b, recorded as torch's F.linear
+local linear = require("attn.autograd.linear").linear -- x [..., in] W^T + b, recorded as torch's F.linear
 
 local NAME = "MultiheadAttention"
 local MultiheadAttention = Module:extend(NAME)
@@ -50,14 +50,12 @@ local MultiheadAttention = Module:extend(NAME)
 -- torch's out_proj class: a Linear under the name torch prints
 local NonDynamicallyQuantizableLinear = Linear:extend("NonDynamicallyQuantizableLinear")
 
-local function describe(v)
-  if type(v) == "number" then return tostring(v) end
-  if attn.is_tensor(v) then return "attn.Tensor of shape " .. checks.shape(v) end
-  return type(v)
-end
+-- what came, in messages: numbers by value, tensors with their shape
+local describe = argcheck.describer{shape = " of shape "}
+local describe_option = argcheck.describer{strings = true, shape = " of shape "} -- strings quoted
 
 local function ctor_fail(fmt, ...)
-  caller.error(("attn.nn.%s: " .. fmt):format(NAME, ...))
+  argcheck.fail("attn.nn." .. NAME, fmt, ...)
 end
 
 -- Errors of forward start with "MultiheadAttention:forward:" (level 0: Module's
@@ -156,7 +154,7 @@ local function forward_options(opts)
     elseif want == "boolean" then ok = type(v) == "boolean"
     else ok = v == "bool" or v == "float" end
     if not ok then
-      fwd_fail("bad option '%s' (expected %s, got %s)", k, want, type(v) == "string" and ("%q"):format(v) or describe(v))
+      fwd_fail("bad option '%s' (expected %s, got %s)", k, want, describe_option(v))
     end
   end
   return opts

@@ -1,8 +1,10 @@
 --- Argument checks shared by the attention classes of attn.nn: every bad
 -- argument gets an error naming the class, the argument, what was expected
--- and what came. (Not a class: attn.nn.checks is a helper table.)
+-- and what came. (Not a class: attn.nn.checks is a helper table.) The
+-- checks every part of the Lua layer shares are attn.argcheck's; these are
+-- the ones only the nn classes make.
 -- @module attn.nn.checks
-local attn = require "attn"
+local argcheck = require "attn.argcheck"
 local caller = require "attn.caller"
 
 local checks = {}
@@ -12,11 +14,8 @@ local checks = {}
 -- through attn.caller, which finds that code however deep the check is.
 checks.CTOR_LEVEL = 4
 
-local function describe(v)
-  if type(v) == "number" then return tostring(v) end
-  if attn.is_tensor(v) then return "attn.Tensor" end
-  return type(v)
-end
+local describe = argcheck.describe
+local is_tensor = argcheck.is_tensor
 
 --- A positive integer argument (floats with an integral value are accepted).
 function checks.positive_integer(cls, v, argn, what)
@@ -60,24 +59,7 @@ end
 
 --- An options table whose keys are all in `allowed` ({name = "type"}); returns it (or {}).
 function checks.options(cls, opts, argn, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then
-    caller.error(("attn.nn.%s: bad argument #%d 'opts' (expected a table of options, got %s)"):format(
-      cls, argn, describe(opts)))
-  end
-  for k, v in pairs(opts) do
-    local want = allowed[k]
-    if not want then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      caller.error(("attn.nn.%s: unknown option '%s' (known: %s)"):format(cls, tostring(k), table.concat(names, ", ")))
-    end
-    if type(v) ~= want then
-      caller.error(("attn.nn.%s: bad option '%s' (expected %s, got %s)"):format(cls, k, want, describe(v)))
-    end
-  end
-  return opts
+  return argcheck.check_options("attn.nn." .. cls, opts, argn, allowed)
 end
 
 --- Re-raise an error of the functional form `fname` (e.g.
@@ -91,13 +73,13 @@ function checks.forward_error(cls, fname, err)
   caller.error(cls .. ":forward: " .. err)
 end
 
-local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+local shape = argcheck.shape
 checks.shape = shape
 
 --- x must be a tensor of rank in [min_rank, max_rank] whose last dim is width
 -- (named width_name, default "d_in").
 function checks.input(cls, x, what, width, min_rank, max_rank, width_name)
-  if not attn.is_tensor(x) then
+  if not is_tensor(x) then
     caller.error(("%s:forward: bad argument '%s' (expected attn.Tensor, got %s)"):format(cls, what, describe(x)))
   end
   local n = x:dim()
@@ -146,9 +128,9 @@ local mask_kind = require("attn.core").modules.mask_kind
 -- that corner, to pass as the attention's mask. A buffer that is not a 2-D
 -- tensor of at least [n, n], or holds values other than 0 and 1, is an error.
 function checks.mask_buffer(cls, mask, n)
-  if not attn.is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < n or mask:size(2) < n then
+  if not is_tensor(mask) or mask:dim() ~= 2 or mask:size(1) < n or mask:size(2) < n then
     caller.error(("%s:forward: the 'mask' buffer must be a tensor of at least [%d, %d] for %d tokens, got %s"):format(
-      cls, n, n, n, attn.is_tensor(mask) and shape(mask) or describe(mask)))
+      cls, n, n, n, is_tensor(mask) and shape(mask) or describe(mask)))
   end
   local kind, where = mask_kind(mask, n)
   if not kind then

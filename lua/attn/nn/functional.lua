@@ -5,25 +5,21 @@
 -- (Not a class: attn.nn.functional is a table of functions.)
 -- @module attn.nn.functional
 local attn = require "attn"
+local argcheck = require "attn.argcheck"
 local caller = require "attn.caller"
 local ops = require "attn.autograd.train_ops"
 
 local functional = {}
 
-local function describe(v)
-  if attn.is_tensor(v) then return "attn.Tensor" end
-  if type(v) == "number" then return tostring(v) end
-  if type(v) == "string" then return ("%q"):format(v) end
-  return type(v)
-end
+-- what came, in messages: numbers by value, strings quoted
+local describe = argcheck.describer{strings = true}
 
 local function bad(fname, argn, what, expected, v)
-  caller.error(("%s: bad argument #%d '%s' (expected %s, got %s)"):format(fname, argn, what, expected, describe(v)))
+  argcheck.arg_error(fname, argn, what, expected, describe(v))
 end
 
 local function check_tensor(fname, v, argn, what)
-  if not attn.is_tensor(v) then bad(fname, argn, what, "attn.Tensor", v) end
-  return v
+  return argcheck.check_tensor(fname, v, argn, what, describe)
 end
 
 -- ids or class targets: a tensor, or a (nested) Lua table of numbers made into one
@@ -40,21 +36,7 @@ end
 
 -- an options table whose keys are all in `known` ({name = "type"}), or nil
 local function check_options(fname, opts, argn, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" or attn.is_tensor(opts) then bad(fname, argn, "opts", "a table of options", opts) end
-  for k, v in pairs(opts) do
-    local want = known[k]
-    if not want then
-      local names = {}
-      for n in pairs(known) do names[#names + 1] = n end
-      table.sort(names)
-      caller.error(("%s: unknown option '%s' (known: %s)"):format(fname, tostring(k), table.concat(names, ", ")))
-    end
-    if type(v) ~= want then
-      caller.error(("%s: bad option '%s' (expected %s, got %s)"):format(fname, k, want, describe(v)))
-    end
-  end
-  return opts
+  return argcheck.check_options(fname, opts, argn, known, describe)
 end
 
 --- Cross entropy of logits [N, C] (or [..., C]) against 1-based class ids

@@ -9,23 +9,17 @@
 -- attn.core.train (src/core/optim.c), torch 1.13's float32 single-tensor path.
 -- @classmod attn.optim.Optimizer
 local attn = require "attn"
-local caller = require "attn.caller"
+local argcheck = require "attn.argcheck"
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
-local function describe(v)
-  if attn.is_tensor(v) then return "attn.Tensor" end
-  if type(v) == "number" or type(v) == "boolean" then return tostring(v) end
-  if type(v) == "string" then return ("%q"):format(v) end
-  return type(v)
-end
+-- what came, in messages: numbers and booleans by value, strings quoted
+local describe = argcheck.describer{strings = true, booleans = true}
 Optimizer.describe = describe
 
--- The error of fname at the caller's caller (the user's call of the class or method).
-local function fail(fname, fmt, ...)
-  caller.error(fname .. ": " .. fmt:format(...))
-end
+-- The error of fname at the user's call of the class or method.
+local fail = argcheck.fail
 Optimizer.fail = fail
 
 --- A subclass named `name` whose options are `spec`: a list of

@@ -431,7 +431,7 @@
 --- The dropout stream in use: "mkl" or "default" (see attn.set_dropout_stream).
 -- @return a string
 -- @function get_dropout_stream
--- Attention variants (issue #15) ---------------------------------------------
+-- Attention variants ---------------------------------------------------------
 
 --- The ALiBi paper's head slopes [H], as its reference get_slopes: for H a power of 2,
 -- 2^(-8/H) to the powers 1..H; else those of the largest power of 2 below H followed by every
@@ -519,7 +519,7 @@
 -- @usage attn.rope(q, {style = "half"})
 -- @function rope
 
--- ---- the ops of issue #13 (src/binding/lua_ops.c, erf/sin/cos in src/core/op_table.h) ----
+-- ---- clamp, var/std, where, cumsum, indexing, sorting (lua_ops.c; erf/sin/cos: op_table.h) ----
 
 --- The error function of t elementwise: 2/sqrt(pi) times the integral of e^(-u^2) from 0 to t.
 -- @param t tensor

@@ -141,7 +141,7 @@
 -- @param[opt=1] std
 -- @function Tensor:normal_
 
--- ---- the ops of issue #13 (src/binding/lua_ops.c) ----
+-- ---- clamp, var/std, where, cumsum, indexing, sorting (src/binding/lua_ops.c) ----
 
 --- t limited to [min, max] in place (see attn.clamp); returns t.
 -- @param[opt] min a number, a tensor (broadcast to t's shape) or nil

@@ -3,19 +3,18 @@
 -- backward of `attn.core.autograd` and `attn.core.modules`
 -- (src/core/sdpa_backward.c, src/core/modules_backward.c). Unrecorded calls
 -- (grad mode off, or no input that requires grad) run the plain C functions.
--- @module attn.sdpa_autograd
+-- @module attn.autograd.sdpa
 local core = require "attn.core"
 local autograd = require "attn.autograd"
 
 local raw_sdpa = core.scaled_dot_product_attention
 local sdpa_forward, sdpa_backward = core.autograd.sdpa_forward, core.autograd.sdpa_backward
 local fused_forward, fused_backward = core.modules.attention_forward, core.modules.attention_backward
-local Tensor_mt = core.Tensor_mt
 local SDPA = "attn.scaled_dot_product_attention"
 
 local M = {}
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 -- The recorded call with the bias as an input of its own (a tensor inside
 -- the options table would not be one): inner(q, k, v, bias or false, opts).

@@ -1,7 +1,7 @@
 --- The recorded linear layer (F.linear), for nn.Linear and
 -- nn.MultiheadAttention. (scaled_dot_product_attention records through the C
--- forward and backward: lua/attn/sdpa_autograd.lua.)
--- @module attn.autograd.attention
+-- forward and backward: lua/attn/autograd/sdpa.lua.)
+-- @module attn.autograd.linear
 local autograd = require "attn.autograd"
 local derivatives = require "attn.autograd.derivatives"
 local raw = derivatives.raw

@@ -1,10 +1,11 @@
--- Gradients of the ops of issue #13 (lua/attn/autograd/ops13.lua) against
--- torch autograd (spec/fixtures/ops13_grad_cases.lua, written by
--- scripts/fixtures/make_ops13_fixtures.py): x.grad after y:backward(g), and the
+-- Gradients of clamp, var/std, where, cumsum, indexing, splitting and sorting
+-- ops and erf/sin/cos (lua/attn/autograd/indexing_stats_ops.lua) against
+-- torch autograd (spec/fixtures/indexing_stats_ops_grad_cases.lua, written by
+-- scripts/fixtures/make_indexing_stats_ops_fixtures.py): x.grad after y:backward(g), and the
 -- grad_fn name PyTorch 1.13 prints.
 local attn = require "attn"
 local C = dofile("spec/fixtures/tensor_check.lua")
-local G = dofile("spec/fixtures/ops13_grad_cases.lua")
+local G = dofile("spec/fixtures/indexing_stats_ops_grad_cases.lua")
 local T = C.T
 
 -- fixture values as a leaf that requires grad
@@ -40,7 +41,7 @@ local CALLS = {
 -- one gradient formula per side, in float: a few ulps of the largest term
 local RTOL, ATOL = 2e-6, 1e-6
 
-describe("gradients of the ops of issue #13 against torch autograd", function()
+describe("gradients of clamp, var/std, where, cumsum, the indexing, splitting and sorting ops and erf/sin/cos against torch autograd", function()
   local names = {}
   for _, c in ipairs(G) do
     names[c.name] = true
@@ -80,7 +81,7 @@ describe("gradients of the ops of issue #13 against torch autograd", function()
   end)
 end)
 
-describe("ops of issue #13 under autograd", function()
+describe("clamp, var/std, where, cumsum, indexing and sorting ops under autograd", function()
   it("mark indices as not differentiable and leave argsort unrecorded", function()
     local x = attn.tensor({ 3, 1, 2 }, { requires_grad = true })
     local v, i = x:sort()

@@ -1,11 +1,11 @@
--- The ops of issue #13 (erf, sin, cos, clamp, var/std, where, cumsum,
+-- The ops of src/binding/lua_ops.c and erf, sin, cos (clamp, var/std, where, cumsum,
 -- index_select, gather, scatter_add_, chunk, split, repeat_interleave, topk,
--- sort, argsort) against PyTorch 1.13 (spec/fixtures/ops13_cases.lua, written
--- by scripts/fixtures/make_ops13_fixtures.py), with broadcast and
+-- sort, argsort) against PyTorch 1.13 (spec/fixtures/indexing_stats_ops_cases.lua, written
+-- by scripts/fixtures/make_indexing_stats_ops_fixtures.py), with broadcast and
 -- non-contiguous inputs, edge cases and bad input.
 local attn = require "attn"
 local C = dofile("spec/fixtures/tensor_check.lua")
-local F = dofile("spec/fixtures/ops13_cases.lua")
+local F = dofile("spec/fixtures/indexing_stats_ops_cases.lua")
 local T = C.T
 
 -- the input of a case, transposed when the case says so (a non-contiguous view)

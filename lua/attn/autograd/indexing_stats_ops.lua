@@ -1,21 +1,22 @@
---- The backward of the ops of issue #13, as `autograd.Function` definitions:
--- erf, sin, cos, clamp, var, std, where, cumsum, index_select, gather,
--- scatter_add(_), chunk, split, repeat_interleave, topk and sort (values).
--- Each Function carries the grad_fn name PyTorch 1.13 prints for the same
--- computation and PyTorch's formula (tools/autograd/derivatives.yaml and
--- FunctionsManual.cpp), written with attn's own ops; the forwards are the raw
--- C functions of `attn.core`. `require("attn.autograd.ops13").install(attn)`
--- puts them in place of `attn.name` and `Tensor.name`; argsort is not
--- differentiable and stays the C function. Checked by spec/ops13_grad_spec.lua
--- against torch autograd.
--- @module attn.autograd.ops13
+--- The backward of the ops of src/binding/lua_ops.c and of erf, sin, cos, as
+-- `autograd.Function` definitions: erf, sin, cos, clamp, var, std, where,
+-- cumsum, index_select, gather, scatter_add(_), chunk, split,
+-- repeat_interleave, topk and sort (values). Each Function carries the
+-- grad_fn name PyTorch 1.13 prints for the same computation and PyTorch's
+-- formula (tools/autograd/derivatives.yaml and FunctionsManual.cpp), written
+-- with attn's own ops; the forwards are the raw C functions of `attn.core`.
+-- `install(attn)` (run by attn.autograd.formulas, the one installer) puts
+-- them in place of `attn.name` and `Tensor.name`; argsort is not
+-- differentiable and stays the C function. Checked by
+-- spec/indexing_stats_ops_grad_spec.lua against torch autograd.
+-- @module attn.autograd.indexing_stats_ops
 local core = require "attn.core"
 local autograd = require "attn.autograd"
 
 local Tensor_mt = core.Tensor_mt
 local raw_method = core.Tensor -- methods only C has (clamp_, scatter_add_)
 
-local function is_tensor(x) return getmetatable(x) == Tensor_mt end
+local is_tensor = require("attn.argcheck").is_tensor
 
 -- the positions of the tensor arguments among ..., in order: the engine's inputs
 local function tensor_positions(...)
