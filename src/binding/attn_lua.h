@@ -14,7 +14,10 @@
 
 /* The userdata is an attn_tensor; its user value 1 is the storage (a plain
  * full userdata holding the floats, so the garbage collector sees the bytes).
- * Views share the storage object, which keeps it alive. */
+ * Views share the storage object, which keeps it alive. User value 2 is the
+ * storage's history serial when the tensor was made (nil = 0; false for a
+ * detached alias): see attnL_history_stale. */
+#define TENSOR_USER_VALUES 2
 
 attn_tensor *attnL_test(lua_State *L, int arg);
 /* Makes the table at idx the tensor metatable of attnL_test and new tensors (once, at load). */
@@ -86,6 +89,16 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
  * its views), PyTorch's version counter: autograd compares it with the
  * version a recorded op saved. fname names the writer in later messages. */
 void attnL_bump_version(lua_State *L, int arg, const char *fname);
+/* A storage's history serial counts the in-place writes autograd recorded on
+ * it (a write that gave the written tensor new history). A tensor made before
+ * such a write, sharing the storage (a view and its base), no longer has the
+ * history PyTorch would give it: it is stale. A detached alias never is. */
+int attnL_history_stale(lua_State *L, int arg);
+/* After a recorded in-place write on the tensor at arg: bump its storage's
+ * serial and make arg current (nothing for a detached alias). */
+void attnL_history_wrote(lua_State *L, int arg);
+/* Make the tensor at arg current (its history was rebuilt). */
+void attnL_history_fresh(lua_State *L, int arg);
 /* The version of the storage of the tensor at arg (0 when never written in place). */
 lua_Integer attnL_version(lua_State *L, int arg);
 /* Push the version of the tensor at arg and the name of its last in-place

@@ -714,6 +714,8 @@ static int t_alias(lua_State *L) {
   attnL_check_nargs(L, 1, "attn.core._alias");
   attn_tensor *t = attnL_check(L, 1, "attn.core._alias", "t");
   attnL_push_view(L, 1, t);
+  lua_pushboolean(L, 0); /* never stale: detach() shares memory, not history */
+  lua_setiuservalue(L, -2, 2);
   return 1;
 }
 

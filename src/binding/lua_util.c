@@ -190,7 +190,7 @@ void attnL_close_fd(lua_State *L, int idx) {
   *fd = -1;
 }
 
-#define STORAGE_USER_VALUES 2
+#define STORAGE_USER_VALUES 3
 /* Storage up to which the allocation runs without the protected call that
  * names the request in an out-of-memory error: the protected call costs more
  * than a notebook-sized tensor's whole allocation. */
@@ -205,7 +205,8 @@ static int allocate_storage(lua_State *L) {
 }
 
 /* The storage's user values: 1 its version (an integer, nil = 0), 2 the name
- * of the last in-place writer (for autograd's messages). */
+ * of the last in-place writer (for autograd's messages), 3 its history serial
+ * (attnL_history_serial). */
 void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   arg = lua_absindex(L, arg);
   if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
@@ -219,6 +220,50 @@ void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   lua_setiuservalue(L, -2, 1);
   lua_pushstring(L, fname);
   lua_setiuservalue(L, -2, 2);
+  lua_pop(L, 1);
+}
+
+static lua_Integer history_serial(lua_State *L, int arg) {
+  lua_Integer serial = 0;
+  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
+    lua_getiuservalue(L, -1, 3);
+    serial = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return serial;
+}
+
+int attnL_history_stale(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  int type = lua_getiuservalue(L, arg, 2);
+  lua_Integer made = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  if (type == LUA_TBOOLEAN) return 0;
+  return made != history_serial(L, arg);
+}
+
+void attnL_history_fresh(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  int type = lua_getiuservalue(L, arg, 2);
+  lua_pop(L, 1);
+  if (type == LUA_TBOOLEAN) return;
+  lua_pushinteger(L, history_serial(L, arg));
+  lua_setiuservalue(L, arg, 2);
+}
+
+void attnL_history_wrote(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  int type = lua_getiuservalue(L, arg, 2);
+  lua_pop(L, 1);
+  if (type == LUA_TBOOLEAN) return; /* a detached alias's history is its own, as PyTorch's detach() */
+  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
+    lua_Integer serial = history_serial(L, arg) + 1;
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, -2, 3);
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, arg, 2);
+  }
   lua_pop(L, 1);
 }
 
@@ -251,7 +296,7 @@ static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, con
   if (ndim > ATTN_MAX_DIMS) attnL_error(L, fname, "at most %d dims are supported, got %d", ATTN_MAX_DIMS, ndim);
   if (attn_numel_checked(ndim, size, &numel) != ATTN_OK) attnL_core_error(L, fname);
   /* the userdata gets its metatable before any memory that could fail */
-  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), TENSOR_USER_VALUES);
   memset(t, 0, sizeof *t);
   set_tensor_mt(L);
   size_t bytes = (size_t)numel * sizeof(float);
@@ -284,11 +329,21 @@ attn_tensor *attnL_push_uninit(lua_State *L, int ndim, const int64_t *size, cons
 
 attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
   base = lua_absindex(L, base);
-  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), TENSOR_USER_VALUES);
   *t = *view;
   set_tensor_mt(L);
   lua_getiuservalue(L, base, 1);
+  lua_Integer serial = 0;
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
+    lua_getiuservalue(L, -1, 3);
+    serial = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
   lua_setiuservalue(L, -2, 1);
+  if (serial) {
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, -2, 2);
+  }
   return t;
 }
 
