@@ -14,7 +14,9 @@
 --   view_base[t] = the tensor a recorded view was taken of;
 --   view_replay[t] = for a recorded view, a function redoing it (recorded)
 --                from its base, to rebuild its history after the base is
---                written in place (PyTorch regenerates a view's grad_fn).
+--                written in place (PyTorch regenerates a view's grad_fn); for
+--                an output of a call returning several views (or a view of
+--                one), the name PyTorch's refusal gives it instead.
 -- Versions live in C, on the storage: every in-place write bumps them
 -- (PyTorch's version counter), so a saved tensor changed after it was saved
 -- is an error at backward, naming the saving node and the writer.
@@ -216,6 +218,12 @@ local VIEW_REBASE = "in-place operation on a view of a tensor that requires grad
 -- refused: the history PyTorch would give it is not tracked.
 local function refresh(fname, t, level)
   local replay, base = view_replay[t], view_base[t]
+  if type_(replay) == "string" then
+    error(("%s: %s is a view and its base or another view of its base has been modified inplace. This view is "
+      .. "the output of a function that returns multiple views. Such functions do not allow the output views to "
+      .. "be modified inplace (as PyTorch 1.13): take the views after the in-place operation, or do the operation "
+      .. "out of place"):format(fname, replay), level or 3)
+  end
   if replay and not history_stale(base) then
     local co, is_main, prev = set_mode(true)
     local ok, r = pcall(replay, base)
@@ -253,7 +261,7 @@ function M.Function(def)
   assert(type(forward) == "function" and type(def.backward) == "function"
     and (type(name) == "string" or type(name) == "function"),
     "autograd.Function: name, forward and backward are required")
-  local dirty, is_view = def.dirty, def.view
+  local dirty, is_view, multi_view = def.dirty, def.view, def.multi_view
   local fname = def.fname or name
   local name_of = type(name) == "function" and name or nil
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
@@ -305,10 +313,16 @@ function M.Function(def)
         local h = history[r[i]]
         if type_(h) == "table" and h.node == node then
           view_base[r[i]] = base
-          -- the same view (output i - 1 of this call) of whatever base is given
-          view_replay[r[i]] = function(b)
-            if parent then b = parent(b) end
-            return (select_(i - 1, recorded(b, unpack(args, 2, args.n))))
+          if type_(parent) == "string" then
+            view_replay[r[i]] = parent
+          elseif multi_view then
+            view_replay[r[i]] = ("Output %d of %s"):format(i - 2, node._name)
+          else
+            -- the same view (output i - 1 of this call) of whatever base is given
+            view_replay[r[i]] = function(b)
+              if parent then b = parent(b) end
+              return (select_(i - 1, recorded(b, unpack(args, 2, args.n))))
+            end
           end
         end
       end
@@ -696,7 +710,9 @@ end
 -- history[t] for reading a field: a stale view rebuilt when it can be (a
 -- field read does not raise for one that cannot)
 local function field_history(t)
-  if history_stale(t) and view_replay[t] and not history_stale(view_base[t]) then refresh("", t) end
+  if history_stale(t) and type_(view_replay[t]) == "function" and not history_stale(view_base[t]) then
+    refresh("", t)
+  end
   return history[t]
 end
 
