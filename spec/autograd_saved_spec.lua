@@ -511,3 +511,36 @@ describe("a view taken before its base is written in place", function()
     assert.same({ 1, 2, 3 }, autograd.grad((d * x):sum(), { x })[1]:totable())
   end)
 end)
+
+describe("what mean saves, as PyTorch 1.13", function()
+  it("mean along a dim saves its input: writing it in place is an error at backward (torch 1.13 raises)", function()
+    local x = attn.ones(2, 2, { requires_grad = true })
+    local y = x * 1
+    local z = y:mean(2)
+    y:mul_(2)
+    fails(function() z:sum():backward() end, "saved by MeanBackward1", "modified in place by Tensor:mul_")
+  end)
+
+  it("mean of all elements saves nothing (torch 1.13 computes)", function()
+    local x = attn.ones(2, 2, { requires_grad = true })
+    local y = x * 1
+    local z = y:mean()
+    y:mul_(2)
+    z:backward()
+    assert.same({ { 0.25, 0.25 }, { 0.25, 0.25 } }, x.grad:totable())
+  end)
+end)
+
+describe("a detached alias is a base of its own, as PyTorch 1.13's detach()", function()
+  it("writing a tensor that requires grad into a view of it: the alias is refused at use", function()
+    local a = attn.tensor({ 1, 2, 3, 4 }, { requires_grad = true })
+    local d = a:detach()
+    local v = d:narrow(1, 2, 1)
+    local y = attn.tensor({ 5 }, { requires_grad = true })
+    v:add_(y)
+    -- torch 1.13: d.mean() then has history (CopySlices): y.grad 0.25
+    fails(function() return d:mean() end, "attn.mean", "shares memory with a tensor that Tensor:add_ wrote")
+    -- a itself shares the memory but not the history: a leaf still, as in torch 1.13
+    autograd.grad((a * 2):sum(), { a })
+  end)
+end)

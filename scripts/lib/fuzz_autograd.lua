@@ -499,6 +499,7 @@ local function chain(r, o, st, counts)
     if why then return nil, why .. ": " .. err .. "\n  chain:\n" .. prog_text(prog) end
     local key = "loss: " .. ((err:match("^[^:]*:%d+: (.*)") or err):gsub("^[%w_.:]+: ", ""):sub(1, 50))
     counts[key] = (counts[key] or 0) + 1
+    if o.on_backward_error then o.on_backward_error(prog, picks, weights, err) end
     return "e"
   end
   local rp = new_replay()

@@ -714,8 +714,7 @@ static int t_alias(lua_State *L) {
   attnL_check_nargs(L, 1, "attn.core._alias");
   attn_tensor *t = attnL_check(L, 1, "attn.core._alias", "t");
   attnL_push_view(L, 1, t);
-  lua_pushboolean(L, 0); /* never stale: detach() shares memory, not history */
-  lua_setiuservalue(L, -2, 2);
+  attnL_history_new_family(L, -1); /* detach() shares memory, not history */
   return 1;
 }
 

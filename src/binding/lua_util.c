@@ -206,7 +206,7 @@ static int allocate_storage(lua_State *L) {
 
 /* The storage's user values: 1 its version (an integer, nil = 0), 2 the name
  * of the last in-place writer (for autograd's messages), 3 its history serial
- * (attnL_history_serial). */
+ * (attnL_history_stale). */
 void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   arg = lua_absindex(L, arg);
   if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
@@ -223,48 +223,62 @@ void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   lua_pop(L, 1);
 }
 
-static lua_Integer history_serial(lua_State *L, int arg) {
+/* Push the history family of the tensor at arg: its own (a detached alias and
+ * its views), else its storage. Its user value 3 is the serial. */
+static void push_family(lua_State *L, int arg) {
+  if (lua_getiuservalue(L, arg, 3) == LUA_TUSERDATA) return;
+  lua_pop(L, 1);
+  lua_getiuservalue(L, arg, 1);
+}
+
+static lua_Integer family_serial(lua_State *L) {
   lua_Integer serial = 0;
-  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
     lua_getiuservalue(L, -1, 3);
     serial = lua_tointeger(L, -1);
     lua_pop(L, 1);
   }
-  lua_pop(L, 1);
   return serial;
 }
 
 int attnL_history_stale(lua_State *L, int arg) {
   arg = lua_absindex(L, arg);
-  int type = lua_getiuservalue(L, arg, 2);
+  lua_getiuservalue(L, arg, 2);
   lua_Integer made = lua_tointeger(L, -1);
   lua_pop(L, 1);
-  if (type == LUA_TBOOLEAN) return 0;
-  return made != history_serial(L, arg);
+  push_family(L, arg);
+  lua_Integer serial = family_serial(L);
+  lua_pop(L, 1);
+  return made != serial;
 }
 
 void attnL_history_fresh(lua_State *L, int arg) {
   arg = lua_absindex(L, arg);
-  int type = lua_getiuservalue(L, arg, 2);
-  lua_pop(L, 1);
-  if (type == LUA_TBOOLEAN) return;
-  lua_pushinteger(L, history_serial(L, arg));
+  push_family(L, arg);
+  lua_pushinteger(L, family_serial(L));
   lua_setiuservalue(L, arg, 2);
+  lua_pop(L, 1);
 }
 
 void attnL_history_wrote(lua_State *L, int arg) {
   arg = lua_absindex(L, arg);
-  int type = lua_getiuservalue(L, arg, 2);
-  lua_pop(L, 1);
-  if (type == LUA_TBOOLEAN) return; /* a detached alias's history is its own, as PyTorch's detach() */
-  if (lua_getiuservalue(L, arg, 1) == LUA_TUSERDATA) {
-    lua_Integer serial = history_serial(L, arg) + 1;
+  push_family(L, arg);
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
+    lua_Integer serial = family_serial(L) + 1;
     lua_pushinteger(L, serial);
     lua_setiuservalue(L, -2, 3);
     lua_pushinteger(L, serial);
     lua_setiuservalue(L, arg, 2);
   }
   lua_pop(L, 1);
+}
+
+void attnL_history_new_family(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  lua_newuserdatauv(L, 0, 3);
+  lua_setiuservalue(L, arg, 3);
+  lua_pushnil(L);
+  lua_setiuservalue(L, arg, 2);
 }
 
 lua_Integer attnL_version(lua_State *L, int arg) {
@@ -333,13 +347,15 @@ attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
   *t = *view;
   set_tensor_mt(L);
   lua_getiuservalue(L, base, 1);
-  lua_Integer serial = 0;
-  if (lua_type(L, -1) == LUA_TUSERDATA) {
-    lua_getiuservalue(L, -1, 3);
-    serial = lua_tointeger(L, -1);
+  lua_setiuservalue(L, -2, 1);
+  push_family(L, base);
+  lua_Integer serial = family_serial(L);
+  if (lua_getiuservalue(L, base, 3) == LUA_TUSERDATA) {
+    lua_setiuservalue(L, -3, 3); /* the base's own family */
+  } else {
     lua_pop(L, 1);
   }
-  lua_setiuservalue(L, -2, 1);
+  lua_pop(L, 1);
   if (serial) {
     lua_pushinteger(L, serial);
     lua_setiuservalue(L, -2, 2);
