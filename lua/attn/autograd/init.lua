@@ -12,8 +12,8 @@
 --                that produced t;
 --   grads[t]   = t.grad;
 --   view_base[t] = the tensor a recorded view was taken of;
---   view_replay[t] = for a recorded view, a function redoing it (recorded)
---                from its base, to rebuild its history after the base is
+--   view_replay[t] = for a recorded view, how to redo it (recorded) from its
+--                base (see replay_view), to rebuild its history after the base is
 --                written in place (PyTorch regenerates a view's grad_fn); for
 --                an output of a call returning several views (or a view of
 --                one), the name PyTorch's refusal gives it instead.
@@ -216,6 +216,12 @@ local VIEW_REBASE = "in-place operation on a view of a tensor that requires grad
 -- any other (a view taken without history, before its base got history; a
 -- base whose view was written with history, PyTorch's CopySlices) is
 -- refused: the history PyTorch would give it is not tracked.
+-- The view that view_replay entry `spec` describes, taken (recorded) of base b.
+local function replay_view(spec, b)
+  if spec.parent then b = replay_view(spec.parent, b) end
+  return (select_(spec.k, spec.fn(b, unpack(spec, 2, spec.n))))
+end
+
 local function refresh(fname, t, level)
   local replay, base = view_replay[t], view_base[t]
   if type_(replay) == "string" then
@@ -226,7 +232,7 @@ local function refresh(fname, t, level)
   end
   if replay and not history_stale(base) then
     local co, is_main, prev = set_mode(true)
-    local ok, r = pcall(replay, base)
+    local ok, r = pcall(replay_view, replay, base)
     restore_mode(co, is_main, prev)
     if not ok then error(r, 0) end
     history[t] = history[r]
@@ -308,7 +314,6 @@ function M.Function(def)
     if is_view then
       local src = inputs[1]
       local base, parent = view_base[src] or src, view_replay[src]
-      local args = pack(...)
       for i = 2, r.n do
         local h = history[r[i]]
         if type_(h) == "table" and h.node == node then
@@ -318,11 +323,10 @@ function M.Function(def)
           elseif multi_view then
             view_replay[r[i]] = ("Output %d of %s"):format(i - 2, node._name)
           else
-            -- the same view (output i - 1 of this call) of whatever base is given
-            view_replay[r[i]] = function(b)
-              if parent then b = parent(b) end
-              return (select_(i - 1, recorded(b, unpack(args, 2, args.n))))
-            end
+            -- how to take the same view (output i - 1 of this call) of another
+            -- base: one table per view, the source left out (not kept alive)
+            view_replay[r[i]] = { fn = recorded, k = i - 1, parent = parent, n = select_("#", ...), false,
+                                  select_(2, ...) }
           end
         end
       end
@@ -710,7 +714,7 @@ end
 -- history[t] for reading a field: a stale view rebuilt when it can be (a
 -- field read does not raise for one that cannot)
 local function field_history(t)
-  if history_stale(t) and type_(view_replay[t]) == "function" and not history_stale(view_base[t]) then
+  if history_stale(t) and type_(view_replay[t]) == "table" and not history_stale(view_base[t]) then
     refresh("", t)
   end
   return history[t]
