@@ -400,3 +400,147 @@ describe("autograd.grad's inputs, as PyTorch 1.13", function()
     fails(function() autograd.grad(y, { x }, nil, { allow_unsed = true }) end, "unknown option 'allow_unsed'")
   end)
 end)
+
+-- A tensor made before an in-place write that gave memory it shares new
+-- history (a view and its base): PyTorch 1.13 regenerates a view's grad_fn
+-- from its base's new history; attn rebuilds it the same way, or refuses where
+-- it cannot (never a gradient from the stale history). Expected gradients are
+-- torch 1.13's for the same code.
+describe("a view taken before its base is written in place", function()
+  it("gets its history rebuilt from the base's, as PyTorch 1.13 regenerates its grad_fn", function()
+    local a = x3()
+    local b = a * 1
+    local w = b:narrow(1, 1, 2)
+    b:mul_(2)
+    w:sum():backward()
+    assert.same({ 2, 2, 0 }, a.grad:totable()) -- torch 1.13: [2, 2, 0]
+  end)
+
+  it("a view of a view is rebuilt through both, as PyTorch 1.13", function()
+    local a = attn.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { requires_grad = true })
+    local b = a * 1
+    local w = b:transpose(1, 2)[2]
+    b:mul_(a)
+    w:sum():backward()
+    assert.same({ { 0, 4, 0 }, { 0, 10, 0 } }, a.grad:totable()) -- torch 1.13: [[0, 4, 0], [0, 10, 0]]
+  end)
+
+  it("as the root of backward, of autograd.grad, and indexed", function()
+    local a = x3()
+    local b = a * 1
+    local w = b:narrow(1, 1, 2)
+    b:mul_(2)
+    w:backward(attn.tensor({ 1, 10 }))
+    assert.same({ 2, 20, 0 }, a.grad:totable()) -- torch 1.13: [2, 20, 0]
+    a = x3()
+    b = a * 1
+    w = b:narrow(1, 1, 2)
+    b:mul_(2)
+    assert.same({ 2, 2, 0 }, autograd.grad(w:sum(), { a })[1]:totable()) -- torch 1.13: [2, 2, 0]
+    a = x3()
+    b = a * 1
+    w = b:narrow(1, 1, 2)
+    b:mul_(a)
+    assert.same({ 0, 4, 0 }, autograd.grad(w:select(1, 2), { a })[1]:totable()) -- torch 1.13 (w[1]): [0, 4, 0]
+  end)
+
+  it("keeps its history when the base was written inside no_grad, as PyTorch 1.13", function()
+    local a = x3()
+    local b = a * 1
+    local w = b:narrow(1, 1, 2)
+    attn.no_grad(function() b:mul_(2) end)
+    w:sum():backward()
+    assert.same({ 1, 1, 0 }, a.grad:totable()) -- torch 1.13: [1, 1, 0]
+  end)
+
+  it("an output of chunk is refused at use, as PyTorch 1.13", function()
+    local a = attn.tensor({ 1, 2, 3, 4 }, { requires_grad = true })
+    local b = a * 1
+    local _, q = b:chunk(2)
+    local qq = q:narrow(1, 1, 1)
+    b:mul_(3)
+    fails(function() return q * q end, "attn.mul", "Output 1 of SplitBackward0 is a view and its base",
+      "as PyTorch 1.13")
+    fails(function() return qq:sum() end, "attn.sum", "Output 1 of SplitBackward0")
+  end)
+
+  -- torch 1.13 computes these (c's history through CopySlices; w's regenerated
+  -- from c's new one); attn refuses them rather than use c or w without history
+  it("writing a tensor that requires grad into a view of a tensor without history: the base is refused at use",
+    function()
+    local x = x3()
+    local c = attn.zeros(4)
+    c:narrow(1, 1, 3):add_(x)
+    -- torch 1.13: (c * c).sum().backward() gives x.grad [2, 4, 6]
+    fails(function() (c * c):sum():backward() end, "attn.mul", "shares memory with a tensor that Tensor:add_ wrote",
+      "take views after the in-place operation", "clone()")
+    fails(function() c:backward(attn.ones(4)) end, "Tensor:backward", "shares memory")
+    fails(function() return c:narrow(1, 2, 1) end, "Tensor:narrow", "shares memory")
+  end)
+
+  it("a view taken without history before its base got history is refused at use", function()
+    local x = x3()
+    local c = attn.zeros(4)
+    local w = c:narrow(1, 1, 2)
+    c:add_(x:sum())
+    -- torch 1.13: (w.sum() + c.sum()).backward() gives x.grad [6, 6, 6]
+    fails(function() return w:sum() + c:sum() end, "attn.sum", "a tensor of shape [2] shares memory",
+      "Tensor:add_")
+    assert.same({ 4, 4, 4 }, autograd.grad(c:sum(), { x })[1]:totable()) -- the written base itself is current
+  end)
+
+  it("plain code, no_grad writes, optimizer steps and detached aliases are unaffected", function()
+    local x = x3()
+    local c = attn.zeros(4)
+    c:narrow(1, 1, 3):add_(attn.ones(3)) -- nothing requires grad: no history to lose
+    attn.no_grad(function() c:narrow(1, 2, 3):add_(x) end)
+    assert.same({ 1, 2, 3, 3 }, c:totable())
+    autograd.grad((c:narrow(1, 1, 3) * x):sum(), { x })
+    local p = attn.tensor({ 1, 2, 3 }, { requires_grad = true })
+    local v = p:narrow(1, 2, 2)
+    local opt = attn.optim.SGD({ p }, { lr = 0.5 })
+    v:sum():backward()
+    opt:step()
+    opt:zero_grad()
+    v:sum():backward()
+    assert.same({ 0, 1, 1 }, p.grad:totable())
+    -- torch 1.13: d = zeros(3); e = d.detach(); e.add_(x); (d * x).sum().backward() gives x.grad [1, 2, 3]
+    local d = attn.zeros(3)
+    local e = d:detach()
+    e:add_(x)
+    assert.same({ 1, 2, 3 }, autograd.grad((d * x):sum(), { x })[1]:totable())
+  end)
+end)
+
+describe("what mean saves, as PyTorch 1.13", function()
+  it("mean along a dim saves its input: writing it in place is an error at backward (torch 1.13 raises)", function()
+    local x = attn.ones(2, 2, { requires_grad = true })
+    local y = x * 1
+    local z = y:mean(2)
+    y:mul_(2)
+    fails(function() z:sum():backward() end, "saved by MeanBackward1", "modified in place by Tensor:mul_")
+  end)
+
+  it("mean of all elements saves nothing (torch 1.13 computes)", function()
+    local x = attn.ones(2, 2, { requires_grad = true })
+    local y = x * 1
+    local z = y:mean()
+    y:mul_(2)
+    z:backward()
+    assert.same({ { 0.25, 0.25 }, { 0.25, 0.25 } }, x.grad:totable())
+  end)
+end)
+
+describe("a detached alias is a base of its own, as PyTorch 1.13's detach()", function()
+  it("writing a tensor that requires grad into a view of it: the alias is refused at use", function()
+    local a = attn.tensor({ 1, 2, 3, 4 }, { requires_grad = true })
+    local d = a:detach()
+    local v = d:narrow(1, 2, 1)
+    local y = attn.tensor({ 5 }, { requires_grad = true })
+    v:add_(y)
+    -- torch 1.13: d.mean() then has history (CopySlices): y.grad 0.25
+    fails(function() return d:mean() end, "attn.mean", "shares memory with a tensor that Tensor:add_ wrote")
+    -- a itself shares the memory but not the history: a leaf still, as in torch 1.13
+    autograd.grad((a * 2):sum(), { a })
+  end)
+end)

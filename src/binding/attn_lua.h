@@ -14,7 +14,10 @@
 
 /* The userdata is an attn_tensor; its user value 1 is the storage (a plain
  * full userdata holding the floats, so the garbage collector sees the bytes).
- * Views share the storage object, which keeps it alive. */
+ * Views share the storage object, which keeps it alive. User value 2 is the
+ * serial of its history family when the tensor was made (nil = 0), 3 its own
+ * family (nil: the storage is): see attnL_history_stale. */
+#define TENSOR_USER_VALUES 3
 
 attn_tensor *attnL_test(lua_State *L, int arg);
 /* Makes the table at idx the tensor metatable of attnL_test and new tensors (once, at load). */
@@ -86,6 +89,21 @@ const char *attnL_shape(const attn_tensor *t, char *buf, size_t len);
  * its views), PyTorch's version counter: autograd compares it with the
  * version a recorded op saved. fname names the writer in later messages. */
 void attnL_bump_version(lua_State *L, int arg, const char *fname);
+/* A history family is the tensors that share memory and autograd history: a
+ * storage's tensors, except that a detached alias and its views are a family
+ * of their own (PyTorch's detach() starts a new base). A family's serial
+ * counts the in-place writes autograd recorded on it (a write that gave the
+ * written tensor new history). A tensor of the family made before such a write
+ * (a view and its base) no longer has the history PyTorch would give it: it
+ * is stale. */
+int attnL_history_stale(lua_State *L, int arg);
+/* After a recorded in-place write on the tensor at arg: bump its family's
+ * serial and make arg current. */
+void attnL_history_wrote(lua_State *L, int arg);
+/* Make the tensor at arg current (its history was rebuilt). */
+void attnL_history_fresh(lua_State *L, int arg);
+/* Give the tensor at arg (a detached alias) a family of its own. */
+void attnL_history_new_family(lua_State *L, int arg);
 /* The version of the storage of the tensor at arg (0 when never written in place). */
 lua_Integer attnL_version(lua_State *L, int arg);
 /* Push the version of the tensor at arg and the name of its last in-place

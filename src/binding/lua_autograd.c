@@ -45,12 +45,18 @@ static void each_input(lua_State *L, int first, int last, input_visitor visit, v
   }
 }
 
-struct input_scan { int count, requires; };
+/* stale: the stack slot receiving the first stale input (see attnL_history_stale) */
+struct input_scan { int count, requires, stale, found; };
 static void scan_input(lua_State *L, int idx, void *state) {
   struct input_scan *s = state;
   s->count++;
   if (push_history(L, 1, idx) != LUA_TNIL && lua_toboolean(L, -1)) s->requires = 1;
   lua_pop(L, 1);
+  if (!s->found && attnL_history_stale(L, idx)) {
+    s->found = 1;
+    lua_pushvalue(L, idx);
+    lua_replace(L, s->stale);
+  }
 }
 
 /* Fills the tables inputs, edges, needs (stack slots n+1 .. n+3). */
@@ -74,16 +80,24 @@ static void fill_input(lua_State *L, int idx, void *state) {
   lua_rawseti(L, f->tables + 2, k);
 }
 
-/* _autograd_inputs(history, ...): nothing when no tensor input of the call
- * (a tensor argument, or a tensor in a plain-list argument) has history;
- * else inputs (the tensor inputs in order), edges (per input: its history
- * entry {node, slot}, the tensor itself for a leaf, false without history)
- * and needs_input_grad (booleans). */
+/* _autograd_inputs(history, ...): false and the input when a tensor input of
+ * the call (a tensor argument, or a tensor in a plain-list argument) is stale
+ * (its history must be rebuilt, or the call refused, first); nothing when no
+ * tensor input has history; else inputs (the tensor inputs in order), edges
+ * (per input: its history entry {node, slot}, the tensor itself for a leaf,
+ * false without history) and needs_input_grad (booleans). */
 static int autograd_inputs(lua_State *L) {
   check_table_arg(L, 1, AG, "history");
   int n = lua_gettop(L);
-  struct input_scan scan = {0, 0};
+  lua_pushnil(L);
+  struct input_scan scan = {0, 0, n + 1, 0};
   each_input(L, 2, n, scan_input, &scan);
+  if (scan.found) {
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2;
+  }
+  lua_settop(L, n);
   if (!scan.requires) return 0;
   for (int t = 0; t < 3; t++) lua_createtable(L, scan.count, 0);
   struct input_fill fill = {n + 1, 0};
@@ -212,7 +226,34 @@ static int autograd_same_size(lua_State *L) {
   return 1;
 }
 
+static void check_tensor_arg(lua_State *L, const char *what) {
+  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 '%s' (expected attn.Tensor, got %s)", what, luaL_typename(L, 1));
+}
+
+/* _autograd_stale(t): whether t was made before an in-place write that autograd
+ * recorded on memory it shares (attnL_history_stale). */
+static int autograd_stale(lua_State *L) {
+  check_tensor_arg(L, "t");
+  lua_pushboolean(L, attnL_history_stale(L, 1));
+  return 1;
+}
+
+/* _autograd_wrote(t): t was just written in place with new history. */
+static int autograd_wrote(lua_State *L) {
+  check_tensor_arg(L, "t");
+  attnL_history_wrote(L, 1);
+  return 0;
+}
+
+/* _autograd_fresh(t): t's history was rebuilt after such a write. */
+static int autograd_fresh(lua_State *L) {
+  check_tensor_arg(L, "t");
+  attnL_history_fresh(L, 1);
+  return 0;
+}
+
 static const luaL_Reg autograd_funcs[] = {
+  {"_autograd_stale", autograd_stale}, {"_autograd_wrote", autograd_wrote}, {"_autograd_fresh", autograd_fresh},
   {"_autograd_inputs", autograd_inputs}, {"_autograd_outputs", autograd_outputs},
   {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
   {"_autograd_same_size", autograd_same_size}, {NULL, NULL}};

@@ -714,6 +714,7 @@ static int t_alias(lua_State *L) {
   attnL_check_nargs(L, 1, "attn.core._alias");
   attn_tensor *t = attnL_check(L, 1, "attn.core._alias", "t");
   attnL_push_view(L, 1, t);
+  attnL_history_new_family(L, -1); /* detach() shares memory, not history */
   return 1;
 }
 

@@ -190,7 +190,7 @@ void attnL_close_fd(lua_State *L, int idx) {
   *fd = -1;
 }
 
-#define STORAGE_USER_VALUES 2
+#define STORAGE_USER_VALUES 3
 /* Storage up to which the allocation runs without the protected call that
  * names the request in an out-of-memory error: the protected call costs more
  * than a notebook-sized tensor's whole allocation. */
@@ -205,7 +205,8 @@ static int allocate_storage(lua_State *L) {
 }
 
 /* The storage's user values: 1 its version (an integer, nil = 0), 2 the name
- * of the last in-place writer (for autograd's messages). */
+ * of the last in-place writer (for autograd's messages), 3 its history serial
+ * (attnL_history_stale). */
 void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   arg = lua_absindex(L, arg);
   if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
@@ -220,6 +221,64 @@ void attnL_bump_version(lua_State *L, int arg, const char *fname) {
   lua_pushstring(L, fname);
   lua_setiuservalue(L, -2, 2);
   lua_pop(L, 1);
+}
+
+/* Push the history family of the tensor at arg: its own (a detached alias and
+ * its views), else its storage. Its user value 3 is the serial. */
+static void push_family(lua_State *L, int arg) {
+  if (lua_getiuservalue(L, arg, 3) == LUA_TUSERDATA) return;
+  lua_pop(L, 1);
+  lua_getiuservalue(L, arg, 1);
+}
+
+static lua_Integer family_serial(lua_State *L) {
+  lua_Integer serial = 0;
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
+    lua_getiuservalue(L, -1, 3);
+    serial = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  return serial;
+}
+
+int attnL_history_stale(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  lua_getiuservalue(L, arg, 2);
+  lua_Integer made = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  push_family(L, arg);
+  lua_Integer serial = family_serial(L);
+  lua_pop(L, 1);
+  return made != serial;
+}
+
+void attnL_history_fresh(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  push_family(L, arg);
+  lua_pushinteger(L, family_serial(L));
+  lua_setiuservalue(L, arg, 2);
+  lua_pop(L, 1);
+}
+
+void attnL_history_wrote(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  push_family(L, arg);
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
+    lua_Integer serial = family_serial(L) + 1;
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, -2, 3);
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, arg, 2);
+  }
+  lua_pop(L, 1);
+}
+
+void attnL_history_new_family(lua_State *L, int arg) {
+  arg = lua_absindex(L, arg);
+  lua_newuserdatauv(L, 0, 3);
+  lua_setiuservalue(L, arg, 3);
+  lua_pushnil(L);
+  lua_setiuservalue(L, arg, 2);
 }
 
 lua_Integer attnL_version(lua_State *L, int arg) {
@@ -251,7 +310,7 @@ static attn_tensor *push_tensor(lua_State *L, int ndim, const int64_t *size, con
   if (ndim > ATTN_MAX_DIMS) attnL_error(L, fname, "at most %d dims are supported, got %d", ATTN_MAX_DIMS, ndim);
   if (attn_numel_checked(ndim, size, &numel) != ATTN_OK) attnL_core_error(L, fname);
   /* the userdata gets its metatable before any memory that could fail */
-  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), TENSOR_USER_VALUES);
   memset(t, 0, sizeof *t);
   set_tensor_mt(L);
   size_t bytes = (size_t)numel * sizeof(float);
@@ -284,11 +343,23 @@ attn_tensor *attnL_push_uninit(lua_State *L, int ndim, const int64_t *size, cons
 
 attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
   base = lua_absindex(L, base);
-  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), 1);
+  attn_tensor *t = lua_newuserdatauv(L, sizeof(attn_tensor), TENSOR_USER_VALUES);
   *t = *view;
   set_tensor_mt(L);
   lua_getiuservalue(L, base, 1);
   lua_setiuservalue(L, -2, 1);
+  push_family(L, base);
+  lua_Integer serial = family_serial(L);
+  if (lua_getiuservalue(L, base, 3) == LUA_TUSERDATA) {
+    lua_setiuservalue(L, -3, 3); /* the base's own family */
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (serial) {
+    lua_pushinteger(L, serial);
+    lua_setiuservalue(L, -2, 2);
+  }
   return t;
 }
 

@@ -216,9 +216,13 @@ local function total(opname, name_all, name_dim, scale)
       ctx.dim = d and norm_dim(d, x:dim()) or nil
       ctx.keepdim = keepdim
       ctx.count = scale and (d and ctx.shape[ctx.dim] or x:numel()) or nil
+      -- torch 1.13's MeanBackward1 saves self (its formula reads self's numel), so
+      -- an in-place write of x before the backward is an error there: the same here
+      if scale and d ~= nil and ctx.needs_input_grad[1] then ctx:save_for_backward(x) end
       return r
     end,
     backward = function(ctx, g)
+      ctx:saved()
       local gx = unreduce(g, ctx.dim, ctx.keepdim, ctx.shape)
       if ctx.count then gx = gx / ctx.count end
       return gx:contiguous()

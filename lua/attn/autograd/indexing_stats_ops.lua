@@ -362,7 +362,7 @@ local function join_pieces(ctx, ...)
 end
 
 F.chunk = autograd.Function {
-  name = "SplitBackward0", fname = "attn.chunk", raw = core.chunk, view = true,
+  name = "SplitBackward0", fname = "attn.chunk", raw = core.chunk, view = true, multi_view = true,
   forward = function(ctx, x, chunks, dim, ...)
     local n = select("#", ...) -- (an extra argument: the C function's error)
     if n > 0 then return core.chunk(x, chunks, dim, ...) end
@@ -373,7 +373,7 @@ F.chunk = autograd.Function {
 }
 
 local split_size = autograd.Function {
-  name = "SplitBackward0", fname = "attn.split", raw = core.split, view = true,
+  name = "SplitBackward0", fname = "attn.split", raw = core.split, view = true, multi_view = true,
   forward = function(ctx, x, size, dim, ...)
     if select("#", ...) > 0 then return core.split(x, size, dim, ...) end
     ctx.size, ctx.dim = is_tensor(x) and x:size() or nil, dim
@@ -383,7 +383,7 @@ local split_size = autograd.Function {
 }
 
 local split_sizes = autograd.Function {
-  name = "SplitWithSizesBackward0", fname = "attn.split", raw = core.split, view = true,
+  name = "SplitWithSizesBackward0", fname = "attn.split", raw = core.split, view = true, multi_view = true,
   forward = function(ctx, x, sizes, dim, ...)
     if select("#", ...) > 0 then return core.split(x, sizes, dim, ...) end
     ctx.size, ctx.dim = is_tensor(x) and x:size() or nil, dim

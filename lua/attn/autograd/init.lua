@@ -11,7 +11,12 @@
 --   history[t] = true for a leaf that requires grad, or the edge {node, slot}
 --                that produced t;
 --   grads[t]   = t.grad;
---   view_base[t] = the tensor a recorded view was taken of.
+--   view_base[t] = the tensor a recorded view was taken of;
+--   view_replay[t] = for a recorded view, how to redo it (recorded) from its
+--                base (see replay_view), to rebuild its history after the base is
+--                written in place (PyTorch regenerates a view's grad_fn); for
+--                an output of a call returning several views (or a view of
+--                one), the name PyTorch's refusal gives it instead.
 -- Versions live in C, on the storage: every in-place write bumps them
 -- (PyTorch's version counter), so a saved tensor changed after it was saved
 -- is an error at backward, naming the saving node and the writer.
@@ -26,6 +31,7 @@ local M = {}
 local history = setmetatable({}, { __mode = "k" })
 local grads = setmetatable({}, { __mode = "k" })
 local view_base = setmetatable({}, { __mode = "k" })
+local view_replay = setmetatable({}, { __mode = "k" })
 local parameters = setmetatable({}, { __mode = "k" })
 M._history, M._grads, M._parameters = history, grads, parameters
 
@@ -121,6 +127,7 @@ function M.enable_grad(fn, ...) return with_mode(true, "attn.enable_grad", fn, .
 -- inputs, giving the outputs their slots, saving and checking versions.
 local autograd_inputs, autograd_outputs = core._autograd_inputs, core._autograd_outputs
 local autograd_save, autograd_changed = core._autograd_save, core._autograd_changed
+local history_stale, history_wrote, history_fresh = core._autograd_stale, core._autograd_wrote, core._autograd_fresh
 local same_size = core._autograd_same_size
 
 --- A recorded operation (`t.grad_fn`): `node:name()` is PyTorch 1.13's name of
@@ -202,6 +209,51 @@ end
 local VIEW_REBASE = "in-place operation on a view of a tensor that requires grad; attn's autograd "
   .. "does not rebase views (PyTorch's CopySlices): clone() the view first, or work on the base"
 
+-- A stale tensor (made before an in-place write that autograd recorded on
+-- memory it shares; see attnL_history_stale) before it is used with grad
+-- mode on: a recorded view whose base was written gets its history rebuilt
+-- from the base's new history, as PyTorch 1.13 regenerates a view's grad_fn;
+-- any other (a view taken without history, before its base got history; a
+-- base whose view was written with history, PyTorch's CopySlices) is
+-- refused: the history PyTorch would give it is not tracked.
+-- The view that view_replay entry `spec` describes, taken (recorded) of base b.
+local function replay_view(spec, b)
+  if spec.parent then b = replay_view(spec.parent, b) end
+  return (select_(spec.k, spec.fn(b, unpack(spec, 2, spec.n))))
+end
+
+local function refresh(fname, t, level)
+  local replay, base = view_replay[t], view_base[t]
+  if type_(replay) == "string" then
+    error(("%s: %s is a view and its base or another view of its base has been modified inplace. This view is "
+      .. "the output of a function that returns multiple views. Such functions do not allow the output views to "
+      .. "be modified inplace (as PyTorch 1.13): take the views after the in-place operation, or do the operation "
+      .. "out of place"):format(fname, replay), level or 3)
+  end
+  if replay and not history_stale(base) then
+    local co, is_main, prev = set_mode(true)
+    local ok, r = pcall(replay_view, replay, base)
+    restore_mode(co, is_main, prev)
+    if not ok then error(r, 0) end
+    history[t] = history[r]
+    history_fresh(t)
+    return
+  end
+  local _, writer = version_of(t)
+  error(("%s: a tensor of shape %s shares memory with a tensor that %s wrote in place with autograd "
+    .. "history after this one was made (a view taken before its base was written, or the base of a view "
+    .. "that was written); attn does not track the history PyTorch would give it: take views after the "
+    .. "in-place operation, and write into a clone() (or build the result with attn.cat) rather than into "
+    .. "a view of a tensor without history"):format(fname, shape_str(t:size()), writer or "an in-place operation"),
+    level or 3)
+end
+
+-- history[t], t's history rebuilt first if it is stale.
+local function current_history(fname, t)
+  if history_stale(t) then refresh(fname, t, 4) end
+  return history[t]
+end
+
 --- Make a differentiable function from `{name, forward, backward[, dirty, view]}`.
 -- forward(ctx, ...) gets the caller's arguments and returns the outputs;
 -- backward(ctx, grad_1, ...) gets one gradient per differentiable output and
@@ -215,16 +267,21 @@ function M.Function(def)
   assert(type(forward) == "function" and type(def.backward) == "function"
     and (type(name) == "string" or type(name) == "function"),
     "autograd.Function: name, forward and backward are required")
-  local dirty, is_view = def.dirty, def.view
+  local dirty, is_view, multi_view = def.dirty, def.view, def.multi_view
   local fname = def.fname or name
   local name_of = type(name) == "function" and name or nil
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
-  return function(...)
+  local recorded
+  recorded = function(...)
     local on = main_mode
     if any_own then on = grad_mode() end
     if not on then return plain(...) end
     local inputs, edges, needs = autograd_inputs(history, ...)
+    while inputs == false do
+      refresh(fname, edges)
+      inputs, edges, needs = autograd_inputs(history, ...)
+    end
     if not inputs then
       if dirty then
         local self = ...
@@ -253,15 +310,30 @@ function M.Function(def)
     if not r[1] then error(r[2], 0) end
     if name_of then node._name = name_of(...) end
     autograd_outputs(history, node, inputs, node._nondiff, dirty, r)
+    if dirty then history_wrote(inputs[1]) end
     if is_view then
-      local base = view_base[inputs[1]] or inputs[1]
+      local src = inputs[1]
+      local base, parent = view_base[src] or src, view_replay[src]
       for i = 2, r.n do
         local h = history[r[i]]
-        if type_(h) == "table" and h.node == node then view_base[r[i]] = base end
+        if type_(h) == "table" and h.node == node then
+          view_base[r[i]] = base
+          if type_(parent) == "string" then
+            view_replay[r[i]] = parent
+          elseif multi_view then
+            view_replay[r[i]] = ("Output %d of %s"):format(i - 2, node._name)
+          else
+            -- how to take the same view (output i - 1 of this call) of another
+            -- base: one table per view, the source left out (not kept alive)
+            view_replay[r[i]] = { fn = recorded, k = i - 1, parent = parent, n = select_("#", ...), false,
+                                  select_(2, ...) }
+          end
+        end
       end
     end
     return unpack(r, 2, r.n)
   end
+  return recorded
 end
 
 --- `g` (a gradient of a broadcast result) summed back to `shape` (a size table).
@@ -526,7 +598,7 @@ function M.backward(...)
   if select_("#", ...) > 3 then error(fname .. ": bad argument #4 (no more than 3 arguments expected)", 2) end
   if not is_tensor(t) then error(fname .. ": bad argument #1 'self' (expected attn.Tensor, got " .. type_(t) .. ")", 2) end
   local retain = check_opts(fname, opts, 3, BACKWARD_OPTS)
-  if not history[t] then
+  if not current_history(fname, t) then
     error(fname .. ": the tensor does not require grad and has no grad_fn (no input of its computation "
       .. "requires grad, or it was computed inside attn.no_grad)", 2)
   end
@@ -571,7 +643,7 @@ function M.grad(...)
     end
   end
   for i, t in ipairs(outputs) do
-    if not history[t] then
+    if not current_history(fname, t) then
       error(("%s: element %d of outputs does not require grad and has no grad_fn"):format(fname, i), 2)
     end
     gos[i] = check_grad_arg(fname, t, grad_outputs and grad_outputs[i], 3)
@@ -579,7 +651,7 @@ function M.grad(...)
   -- each distinct input is captured once; a repeat gets the first one's gradient
   local capture, results, first = { leaves = {}, slots = {} }, {}, {}
   for i, x in ipairs(inputs) do
-    local h = history[x]
+    local h = current_history(fname, x)
     if h == nil then
       error(("%s: element %d of inputs does not require grad (it is not part of a graph)"):format(fname, i), 2)
     end
@@ -639,11 +711,20 @@ function M.detach(...)
   return core._alias(t)
 end
 
+-- history[t] for reading a field: a stale view rebuilt when it can be (a
+-- field read does not raise for one that cannot)
+local function field_history(t)
+  if history_stale(t) and type_(view_replay[t]) == "table" and not history_stale(view_base[t]) then
+    refresh("", t)
+  end
+  return history[t]
+end
+
 local fields = {
-  requires_grad = function(t) return history[t] ~= nil end,
-  is_leaf = function(t) return type_(history[t]) ~= "table" end,
+  requires_grad = function(t) return field_history(t) ~= nil end,
+  is_leaf = function(t) return type_(field_history(t)) ~= "table" end,
   grad_fn = function(t)
-    local h = history[t]
+    local h = field_history(t)
     if type_(h) == "table" then return h.node end
     return nil
   end,
@@ -672,7 +753,8 @@ local function get_field(t, key)
   if type_(key) ~= "string" then
     local on = main_mode
     if any_own then on = grad_mode() end
-    if on and history[t] then return recorded_index(t, key) end
+    -- a stale t goes the recorded way, which rebuilds its history or refuses
+    if on and (history[t] or history_stale(t)) then return recorded_index(t, key) end
     return raw_index(t, key)
   end
   local f = fields[key]
