@@ -241,7 +241,14 @@ static lua_Integer family_serial(lua_State *L) {
   return serial;
 }
 
+/* Whether any family has had a recorded in-place write, in any Lua state:
+ * until one has, every serial is 0 and no tensor can be stale, so the checks
+ * that every recorded call and every view pay are skipped (only ever set to
+ * 1, so a race between states can only make a check run). */
+static int history_written;
+
 int attnL_history_stale(lua_State *L, int arg) {
+  if (!history_written) return 0;
   arg = lua_absindex(L, arg);
   lua_getiuservalue(L, arg, 2);
   lua_Integer made = lua_tointeger(L, -1);
@@ -261,6 +268,7 @@ void attnL_history_fresh(lua_State *L, int arg) {
 }
 
 void attnL_history_wrote(lua_State *L, int arg) {
+  history_written = 1;
   arg = lua_absindex(L, arg);
   push_family(L, arg);
   if (lua_type(L, -1) == LUA_TUSERDATA) {
@@ -348,14 +356,17 @@ attn_tensor *attnL_push_view(lua_State *L, int base, const attn_tensor *view) {
   set_tensor_mt(L);
   lua_getiuservalue(L, base, 1);
   lua_setiuservalue(L, -2, 1);
-  push_family(L, base);
-  lua_Integer serial = family_serial(L);
   if (lua_getiuservalue(L, base, 3) == LUA_TUSERDATA) {
-    lua_setiuservalue(L, -3, 3); /* the base's own family */
+    lua_setiuservalue(L, -2, 3); /* the base's own family */
   } else {
     lua_pop(L, 1);
   }
-  lua_pop(L, 1);
+  lua_Integer serial = 0;
+  if (history_written) {
+    push_family(L, base);
+    serial = family_serial(L);
+    lua_pop(L, 1);
+  }
   if (serial) {
     lua_pushinteger(L, serial);
     lua_setiuservalue(L, -2, 2);
