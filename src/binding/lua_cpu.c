@@ -53,21 +53,36 @@ static int l_cpu_info(lua_State *L) {
   return 1;
 }
 
-/* attn.core._fma_peak(seconds) -> gflops, kernel, checksum: the chosen kernel
- * set's FP32 multiply-add throughput on OpenMP's maximum of threads
- * (attn_cpu_fma_peak), for scripts/bench.lua's fma_peak. */
+/* attn.core._fma_peak(round_seconds, rounds) -> {gflops, ms, steps, threads,
+ * lanes, kernel, checksum}: the chosen kernel set's FP32 multiply-add
+ * throughput on OpenMP's maximum of threads (attn_cpu_fma_peak; ms: the best
+ * round's), for scripts/bench.lua's fma_peak. */
 static int l_fma_peak(lua_State *L) {
   static const char *const F = "attn.core._fma_peak";
-  attnL_check_nargs(L, 1, F);
-  double seconds = attnL_checknumber(L, 1, F, "seconds");
-  if (!(seconds > 0.0 && seconds <= 60.0))
-    return attnL_error(L, F, "seconds: expected a number in (0, 60], got %g", seconds);
-  double checksum = 0.0;
-  double gflops = attn_cpu_fma_peak(seconds, 0, &checksum);
-  lua_pushnumber(L, gflops);
+  attnL_check_nargs(L, 2, F);
+  double seconds = attnL_checknumber(L, 1, F, "round_seconds");
+  if (!(seconds > 0.0 && seconds <= 10.0))
+    return attnL_error(L, F, "round_seconds: expected a number in (0, 10], got %f", seconds);
+  int64_t rounds = attnL_checkinteger(L, 2, F, "rounds");
+  if (rounds < 1 || rounds > 100)
+    return attnL_error(L, F, "rounds: expected an integer in [1, 100], got %I", (lua_Integer)rounds);
+  attn_fma_peak r = attn_cpu_fma_peak(seconds, (int)rounds, 0);
+  lua_createtable(L, 0, 7);
+  lua_pushnumber(L, r.gflops);
+  lua_setfield(L, -2, "gflops");
+  lua_pushnumber(L, r.seconds * 1000.0);
+  lua_setfield(L, -2, "ms");
+  lua_pushinteger(L, r.steps);
+  lua_setfield(L, -2, "steps");
+  lua_pushinteger(L, r.threads);
+  lua_setfield(L, -2, "threads");
+  lua_pushinteger(L, r.lanes);
+  lua_setfield(L, -2, "lanes");
   lua_pushstring(L, attn_cpu_kernels()->name);
-  lua_pushnumber(L, checksum);
-  return 3;
+  lua_setfield(L, -2, "kernel");
+  lua_pushnumber(L, r.checksum);
+  lua_setfield(L, -2, "checksum");
+  return 1;
 }
 
 /* The named set's kernels, or a Lua error naming the sets this CPU runs. */
@@ -104,15 +119,15 @@ static int l_fma_chains(lua_State *L) {
   const attn_flash_kernels *k = check_set(L, 1, F);
   int64_t steps = attnL_checkinteger(L, 2, F, "steps");
   if (steps < 0 || steps > 100000000)
-    return attnL_error(L, F, "steps: expected an integer in [0, 1e8], got %lld", (long long)steps);
+    return attnL_error(L, F, "steps: expected an integer in [0, 1e8], got %I", (lua_Integer)steps);
   float a = (float)attnL_checknumber(L, 3, F, "a");
   float b = (float)attnL_checknumber(L, 4, F, "b");
   if (!lua_istable(L, 5)) return attnL_error(L, F, "x: expected a table of %d numbers, got a %s", k->fma_lanes,
                                              luaL_typename(L, 5));
   float x[512];
   if (k->fma_lanes > (int)(sizeof x / sizeof x[0]) || (int64_t)luaL_len(L, 5) != k->fma_lanes)
-    return attnL_error(L, F, "x: expected a table of %d numbers (the %s set's lanes), got %lld", k->fma_lanes,
-                       k->name, (long long)luaL_len(L, 5));
+    return attnL_error(L, F, "x: expected a table of %d numbers (the %s set's lanes), got %I", k->fma_lanes,
+                       k->name, (lua_Integer)luaL_len(L, 5));
   for (int i = 0; i < k->fma_lanes; i++) {
     lua_rawgeti(L, 5, i + 1);
     int ok;

@@ -163,23 +163,27 @@ static double fma_round(const attn_flash_kernels *k, int threads, int64_t n, int
   return dt;
 }
 
-double attn_cpu_fma_peak(double seconds, int threads, double *checksum) {
+attn_fma_peak attn_cpu_fma_peak(double round_seconds, int rounds, int threads) {
   const attn_flash_kernels *k = attn_cpu_kernels();
-  if (k->fma_lanes > FMA_MAX_LANES) return 0.0; /* a set wider than this table: cannot happen with the sets above */
+  attn_fma_peak r = {0.0, 0.0, 0.0, 0, 0, k->fma_lanes};
+  if (k->fma_lanes > FMA_MAX_LANES) return r; /* no set is wider: cannot happen */
   if (threads <= 0) threads = omp_get_max_threads();
-  if (!(seconds > 0.0)) seconds = 0.01;
-  /* steps per round: doubled until a round takes a quarter of the time (this
-   * also warms the units up), then three timed rounds, the best one kept */
+  if (!(round_seconds > 0.0)) round_seconds = 0.01;
+  if (rounds < 1) rounds = 1;
   int64_t n = 1024;
   int team = 1;
   double sum = 0.0;
-  while (fma_round(k, threads, n, &team, &sum) < seconds / 4 && n < ((int64_t)1 << 40)) n *= 2;
-  double best = 0.0;
-  for (int r = 0; r < 3; r++) {
+  while (fma_round(k, threads, n, &team, &sum) < round_seconds && n < ((int64_t)1 << 40)) n *= 2;
+  for (int i = 0; i < rounds; i++) {
     double dt = fma_round(k, threads, n, &team, &sum);
     double gflops = 2.0 * (double)k->fma_lanes * (double)n * team / (dt > 0.0 ? dt : 1e-9) / 1e9;
-    if (gflops > best) best = gflops;
+    if (gflops > r.gflops) {
+      r.gflops = gflops;
+      r.seconds = dt;
+    }
   }
-  if (checksum) *checksum = sum;
-  return best;
+  r.checksum = sum;
+  r.steps = n;
+  r.threads = team;
+  return r;
 }

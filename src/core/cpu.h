@@ -83,12 +83,21 @@ const char *const *attn_cpu_available(void);
 /* The ATTN_CPU value that forced the choice, or NULL when it was automatic. */
 const char *attn_cpu_forced(void);
 
-/* The FP32 multiply-add throughput of the chosen kernel set on `threads`
- * OpenMP threads (<= 0: OpenMP's maximum), in GFLOP/s counting 2 flops per
- * lane step: each thread runs the set's fma_chains for about `seconds` in
- * all (a few timed rounds, the best one kept). *checksum (may be NULL) gets
- * the sum of every final lane, so the loops cannot be optimised away. */
-double attn_cpu_fma_peak(double seconds, int threads, double *checksum);
+/* The FP32 multiply-add throughput of the chosen kernel set, measured over
+ * OpenMP threads: each thread runs the set's fma_chains on its own lanes.
+ * The steps per round are doubled until a round takes round_seconds (this
+ * also warms the units up); then `rounds` timed rounds, the best one kept. */
+typedef struct attn_fma_peak {
+  double gflops;   /* 2 flops per lane step, all threads, best round */
+  double seconds;  /* wall time of the best round */
+  double checksum; /* the sum of every final lane (so no loop is optimised away) */
+  int64_t steps;   /* steps per lane in a round */
+  int threads;     /* threads that ran */
+  int lanes;       /* lanes per thread */
+} attn_fma_peak;
+
+/* threads <= 0: OpenMP's maximum. round_seconds > 0, rounds >= 1. */
+attn_fma_peak attn_cpu_fma_peak(double round_seconds, int rounds, int threads);
 
 /* The kernel set named `name` if this CPU and build run it, else NULL. */
 const attn_flash_kernels *attn_cpu_kernels_named(const char *name);
