@@ -26,7 +26,7 @@
  * (inferred from cpuid: attn_cpu_avx512_full_width)} */
 static int l_cpu_info(lua_State *L) {
   if (lua_gettop(L) > 0) return attnL_error(L, "attn.cpu_info", "expected no arguments, got %d", lua_gettop(L));
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
   lua_pushstring(L, attn_cpu_kernels()->name);
   lua_setfield(L, -2, "kernel");
   lua_newtable(L);
