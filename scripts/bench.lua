@@ -71,8 +71,8 @@ if opts.cases and opts.cases ~= "all" then
 end
 local function wanted(name) return next(selected) == nil or selected[name] end
 
--- the reference of of_fma_peak: best of --reps rounds of 0.1 s each
-local fma = require("attn.core")._fma_peak(0.1, math.max(1, math.tointeger(opts.reps) or 3))
+-- the reference of of_fma_peak: best of --reps rounds (at most 100) of 0.1 s each
+local fma = require("attn.core")._fma_peak(0.1, math.min(100, math.max(1, math.tointeger(opts.reps) or 3)))
 
 local function emit(t)
   if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma.gflops end
