@@ -11,8 +11,8 @@
 -- available sets). fma_peak: the FP32 fused multiply-add throughput of that
 -- instruction set on the run's threads (independent FMA chains in registers,
 -- 2 flops per lane step; attn.core._fma_peak), the machine's own limit where
--- sgemm_peak is OpenBLAS's. It is measured in every run (about half a
--- second), its line printed first when asked for (or by default), and every
+-- sgemm_peak is OpenBLAS's. It is measured in every run (up to a second),
+-- its line printed first when asked for (or by default), and every
 -- line with gflops gets of_fma_peak = its gflops / fma_peak. --threads N
 -- re-runs the script with OMP_NUM_THREADS=N (OpenMP reads it at start).
 local attn = require "attn"
@@ -71,8 +71,10 @@ if opts.cases and opts.cases ~= "all" then
 end
 local function wanted(name) return next(selected) == nil or selected[name] end
 
--- the reference of of_fma_peak: best of --reps rounds (at most 100) of 0.1 s each
-local fma = require("attn.core")._fma_peak(0.1, math.min(100, math.max(1, math.tointeger(opts.reps) or 3)))
+-- the reference of of_fma_peak: the best of many short rounds (20 per --reps,
+-- at most 100, of 10 ms each), so that one quiet moment of a shared machine
+-- is enough to see its limit
+local fma = require("attn.core")._fma_peak(0.01, math.min(100, 20 * math.max(1, math.tointeger(opts.reps) or 3)))
 
 local function emit(t)
   if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma.gflops end

@@ -170,10 +170,18 @@ attn_fma_peak attn_cpu_fma_peak(double round_seconds, int rounds, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
   if (!(round_seconds > 0.0)) round_seconds = 0.01;
   if (rounds < 1) rounds = 1;
-  int64_t n = 1024;
+  /* the steps per round: doubled from 2^16 while the faster of two rounds
+   * stays under round_seconds (one round slowed by a thread waiting for its
+   * core on a shared machine would otherwise stop the doubling early and
+   * leave rounds that time the threads' wake-up, not the FMAs) */
+  int64_t n = (int64_t)1 << 16;
   int team = 1;
   double sum = 0.0;
-  while (fma_round(k, threads, n, &team, &sum) < round_seconds && n < ((int64_t)1 << 40)) n *= 2;
+  for (; n < ((int64_t)1 << 40); n *= 2) {
+    double t1 = fma_round(k, threads, n, &team, &sum);
+    double t2 = fma_round(k, threads, n, &team, &sum);
+    if ((t1 < t2 ? t1 : t2) >= round_seconds) break;
+  }
   for (int i = 0; i < rounds; i++) {
     double dt = fma_round(k, threads, n, &team, &sum);
     double gflops = 2.0 * (double)k->fma_lanes * (double)n * team / (dt > 0.0 ? dt : 1e-9) / 1e9;

@@ -85,8 +85,9 @@ const char *attn_cpu_forced(void);
 
 /* The FP32 multiply-add throughput of the chosen kernel set, measured over
  * OpenMP threads: each thread runs the set's fma_chains on its own lanes.
- * The steps per round are doubled until a round takes round_seconds (this
- * also warms the units up); then `rounds` timed rounds, the best one kept. */
+ * The steps per round are doubled from 2^16 until the faster of two rounds
+ * takes round_seconds (this also warms the units up); then `rounds` timed
+ * rounds, the best one kept. */
 typedef struct attn_fma_peak {
   double gflops;   /* 2 flops per lane step, all threads, best round */
   double seconds;  /* wall time of the best round */
