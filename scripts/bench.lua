@@ -1,6 +1,6 @@
 -- Attention benchmarks, one JSON object per line (api.md section 5).
 --   scripts/attn-lua scripts/bench.lua [--cases LIST] [--threads N] [--reps N]
--- LIST is comma-separated from: sgemm_peak, A, A_causal, B, B_causal,
+-- LIST is comma-separated from: fma_peak, sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
 -- options_bwd (each variant's cost on A's flash forward + backward),
 -- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt (default: all). Each attention case runs every kernel
@@ -8,7 +8,12 @@
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
 -- instruction set in use (attn.cpu_info; the sgemm line also lists the
--- available sets). --threads N
+-- available sets). fma_peak: the FP32 fused multiply-add throughput of that
+-- instruction set on the run's threads (independent FMA chains in registers,
+-- 2 flops per lane step; attn.core._fma_peak), the machine's own limit where
+-- sgemm_peak is OpenBLAS's. It is measured in every run (up to a second),
+-- its line printed first when asked for (or by default), and every
+-- line with gflops gets of_fma_peak = its gflops / fma_peak. --threads N
 -- re-runs the script with OMP_NUM_THREADS=N (OpenMP reads it at start).
 local attn = require "attn"
 
@@ -60,7 +65,19 @@ local function json(t)
   return "{" .. table.concat(parts, ", ") .. "}"
 end
 
+local selected = {}
+if opts.cases and opts.cases ~= "all" then
+  for name in opts.cases:gmatch("[^,]+") do selected[name] = true end
+end
+local function wanted(name) return next(selected) == nil or selected[name] end
+
+-- the reference of of_fma_peak: the best of many short rounds (20 per --reps,
+-- at most 100, of 10 ms each), so that one quiet moment of a shared machine
+-- is enough to see its limit
+local fma = require("attn.core")._fma_peak(0.01, math.min(100, 20 * math.max(1, math.tointeger(opts.reps) or 3)))
+
 local function emit(t)
+  if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma.gflops end
   t.threads = threads
   t.blas_core = core
   t.cpu_kernel = cpu.kernel
@@ -88,11 +105,11 @@ local function best_ms(label, fn, reps)
   return best
 end
 
-local selected = {}
-if opts.cases and opts.cases ~= "all" then
-  for name in opts.cases:gmatch("[^,]+") do selected[name] = true end
+if wanted("fma_peak") then
+  emit { case = "fma_peak", kernel = fma.kernel, b = 1, h = 1, lq = 0, lk = 0, e = 0, causal = false, ms = fma.ms,
+         gflops = fma.gflops, fma_lanes = fma.lanes, fma_steps = fma.steps,
+         avx512_full_width = cpu.avx512_full_width }
 end
-local function wanted(name) return next(selected) == nil or selected[name] end
 
 local function attention_case(name, b, h, n, e, causal, kernels)
   attn.manual_seed(0)

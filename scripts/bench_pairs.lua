@@ -12,7 +12,9 @@
 -- scripts/bench_torch.py); --raw FILE keeps every JSON line of every run.
 -- A case's time on a side is the time of its line whose kernel the other
 -- side also has (tiny: CausalAttention with CausalAttention), else the
--- fastest of its lines (attn's flash or math against torch_sdpa).
+-- fastest of its lines (attn's flash or math against torch_sdpa). The attn
+-- side also prints fma_peak (the machine's FMA limit on its threads, from
+-- bench.lua), one figure per pair under the table.
 local opts = { cases = "train_gpt", pairs = 3, reps = 5, threads = nil, raw = nil,
                torch = "/usr/bin/python3 scripts/bench_torch.py" }
 local function usage(msg)
@@ -39,21 +41,24 @@ local launcher = arg[0]:gsub("bench_pairs%.lua$", "attn-lua")
 local bench = arg[0]:gsub("bench_pairs%.lua$", "bench.lua")
 local env = opts.threads and ("OMP_NUM_THREADS=" .. opts.threads .. " ") or ""
 local sides = {
-  { name = "attn", cmd = string.format("%s%s %s --cases %s --reps %d", env, launcher, bench, opts.cases, opts.reps) },
+  { name = "attn", cmd = string.format("%s%s %s --cases fma_peak,%s --reps %d", env, launcher, bench, opts.cases, opts.reps) },
   { name = "torch", cmd = string.format("%s%s --cases %s --reps %d", env, opts.torch, opts.cases, opts.reps) },
 }
 local raw = opts.raw and assert(io.open(opts.raw, "w"))
 
 local parse = require("bench_lines").parse
 
--- one run of a side: {[case] = {[kernel] = ms}}, in the order cases appear
+-- one run of a side: {[case] = {[kernel] = ms}}, in the order cases appear;
+-- an fma_peak line's gflops goes to fma_peaks
+local fma_peaks = {}
 local function run(side, order)
   local p = assert(io.popen(side.cmd .. " 2>/dev/null"))
   local got = {}
   for line in p:lines() do
     if raw then raw:write(side.name, " ", line, "\n") end
     local d = parse(line)
-    if d.case and d.case ~= "sgemm_peak" and d.case ~= "membw" and d.ms then
+    if d.case == "fma_peak" and d.gflops then fma_peaks[#fma_peaks + 1] = string.format("%.4g", d.gflops) end
+    if d.case and d.case ~= "sgemm_peak" and d.case ~= "membw" and d.case ~= "fma_peak" and d.ms then
       if not got[d.case] then
         got[d.case] = {}
         if not order.seen[d.case] then order.seen[d.case] = true; order[#order + 1] = d.case end
@@ -135,6 +140,7 @@ for _, case in ipairs(order) do
       string.format("%.2fx", median(ratio))))
   end
 end
+if #fma_peaks > 0 then print("# fma_peak GFLOP/s per pair (attn side): " .. table.concat(fma_peaks, " ")) end
 if not any then
   io.stderr:write("bench_pairs.lua: no case was timed by both sides (cases: " .. opts.cases .. ")\n")
   os.exit(1)

@@ -1,13 +1,14 @@
 -- OpenMP scaling: scripts/bench.lua once per thread count, then one table of
--- each case's figure by thread count, its speedup over the first count, and
--- its ratio to the sgemm_peak of the same run (so a slow OpenBLAS core or a
--- busy machine shows as such rather than as a slow kernel).
+-- each case's figure by thread count, its speedup over the first count, its
+-- ratio to the sgemm_peak of the same run (so a slow OpenBLAS core or a busy
+-- machine shows as such rather than as a slow kernel), and, after a "|", its
+-- ratio to the same run's fma_peak (the machine's FMA limit on those threads).
 --   scripts/attn-lua scripts/bench_scaling.lua [--threads 1,2,4] [--cases LIST] [--reps N] [--raw FILE]
--- --cases as bench.lua's (default sgemm_peak,A,A_causal,A_bwd,decode,tiny,train_gpt;
--- sgemm_peak is always added); --raw FILE keeps every JSON line of every run.
+-- --cases as bench.lua's (default fma_peak,sgemm_peak,A,A_causal,A_bwd,decode,tiny,train_gpt;
+-- fma_peak and sgemm_peak are always added); --raw FILE keeps every JSON line of every run.
 -- The figure of a line is tokens_per_s, gbps, us_per_call or gflops, the
 -- first it has; for decode and membw the ratio column is to membw instead.
-local opts = { threads = "1,2", cases = "sgemm_peak,A,A_causal,A_bwd,decode,tiny,train_gpt", reps = 3, raw = nil }
+local opts = { threads = "1,2", cases = "fma_peak,sgemm_peak,A,A_causal,A_bwd,decode,tiny,train_gpt", reps = 3, raw = nil }
 local i = 1
 while i <= #arg do
   local a, v = arg[i], arg[i + 1]
@@ -19,6 +20,7 @@ while i <= #arg do
   i = i + 2
 end
 if not opts.cases:find("sgemm_peak", 1, true) then opts.cases = "sgemm_peak," .. opts.cases end
+if not opts.cases:find("fma_peak", 1, true) then opts.cases = "fma_peak," .. opts.cases end
 
 local counts = {}
 for n in opts.threads:gmatch("[^,]+") do
@@ -39,7 +41,7 @@ local function figure(d)
   end
 end
 
-local rows, order, peak, membw, core = {}, {}, {}, {}, nil
+local rows, order, peak, fma_peak, membw, core = {}, {}, {}, {}, {}, nil
 for _, t in ipairs(counts) do
   io.stderr:write(string.format("bench_scaling: %d thread(s)\n", t))
   local cmd = string.format("OMP_NUM_THREADS=%d %s %s --cases %s --reps %d", t, launcher, bench, opts.cases, opts.reps)
@@ -54,6 +56,7 @@ for _, t in ipairs(counts) do
       local f, unit = figure(d)
       rows[key][t] = { value = f, unit = unit, case = d.case }
       if d.case == "sgemm_peak" then peak[t] = d.gflops end
+      if d.case == "fma_peak" then fma_peak[t] = d.gflops end
       if d.case == "membw" then membw[t] = d.gbps end
     end
   end
@@ -65,13 +68,13 @@ print(string.format("# OpenBLAS core, attn kernel: %s; reps %d", core or "?", op
 local header = { string.format("%-34s %-12s", "case kernel", "unit") }
 for _, t in ipairs(counts) do header[#header + 1] = string.format(" %9s", t .. "t") end
 header[#header + 1] = string.format("  %8s", "speedup")
-header[#header + 1] = string.format("  %s", "vs peak (sgemm; membw for decode) at each count")
+header[#header + 1] = string.format("  %s", "vs peak (sgemm; membw for decode) at each count | of fma_peak")
 print(table.concat(header))
 for _, key in ipairs(order) do
   local r = rows[key]
   local first, last, unit, case
   local parts = {}
-  local ratios = {}
+  local ratios, of_fma = {}, {}
   for _, t in ipairs(counts) do
     local c = r[t]
     if c and c.value then
@@ -83,6 +86,7 @@ for _, key in ipairs(order) do
       if unit == "gflops" or unit == "gbps" then
         ratios[#ratios + 1] = ref and string.format("%.2f", c.value / ref) or "-"
       end
+      if unit == "gflops" then of_fma[#of_fma + 1] = fma_peak[t] and string.format("%.2f", c.value / fma_peak[t]) or "-" end
     else
       parts[#parts + 1] = string.format(" %9s", "-")
     end
@@ -92,6 +96,7 @@ for _, key in ipairs(order) do
     -- time per call falls as threads help: invert us_per_call
     speedup = string.format("%.2fx", unit == "us_per_call" and first / last or last / first)
   end
-  print(string.format("%-34s %-12s%s  %8s  %s", key, unit or "-", table.concat(parts), speedup,
-    table.concat(ratios, " ")))
+  local fma_part = #of_fma > 0 and (" | " .. table.concat(of_fma, " ")) or ""
+  print(string.format("%-34s %-12s%s  %8s  %s%s", key, unit or "-", table.concat(parts), speedup,
+    table.concat(ratios, " "), fma_part))
 end

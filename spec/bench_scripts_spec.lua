@@ -145,6 +145,9 @@ describe("scripts/bench_scaling.lua", function()
     assert.truthy(out:find("# OpenBLAS core, attn kernel: ", 1, true), out)
     -- sgemm_peak is always added: the reference of the ratio column
     assert.truthy(out:match("\nsgemm_peak sgemm%s+gflops%s+[%d.]+%s+1%.00x%s+1%.00"), out)
+    -- so is fma_peak, the reference of the column after the "|"
+    assert.truthy(out:match("\nfma_peak %w+%s+gflops%s+[%d.]+%s+1%.00x%s+[%d.]+ | 1%.00\n"), out)
+    assert.truthy(out:match("\nsgemm_peak sgemm%s+gflops%s+[%d.]+%s+1%.00x%s+1%.00 | [%d.]+\n"), out)
     assert.truthy(out:match("\ntiny CausalAttention%s+us_per_call%s+[%d.]+%s+1%.00x"), out)
     assert.truthy(out:match("\ntiny MultiHeadAttention%s+us_per_call%s+[%d.]+"), out)
   end)
@@ -170,6 +173,8 @@ describe("scripts/bench_pairs.lua", function()
     local code, out = run_attn("--cases tiny --pairs 3 --reps 1 " .. FAKE_TORCH)
     assert.are.equal(0, code, out)
     assert.truthy(out:find("# 3 pairs, reps 1", 1, true), out)
+    -- the attn side's fma_peak, one figure per pair
+    assert.truthy(out:match("\n# fma_peak GFLOP/s per pair %(attn side%): [%d.]+ [%d.]+ [%d.]+\n"), out)
     for kernel, torch_ms in pairs({ CausalAttention = 0.05, MultiHeadAttention = 0.08 }) do
       local line = out:match("\ntiny " .. kernel .. "[^\n]*")
       assert.truthy(line, out)

@@ -50,6 +50,13 @@ typedef struct attn_flash_kernels {
   void (*softmax_row)(float *s, int64_t n, float *m, float *l, float *rescale);
   void (*rows_axpy)(const float *p, int64_t ld, int64_t rows, const float *v, int64_t sv, int64_t kn, int64_t ev,
                     float *o);
+  /* The FMA throughput loop (attn_cpu_fma_peak): x holds fma_lanes floats,
+   * independent chains of the set's widest vectors, enough of them to cover
+   * FMA latency x ports; each lane steps n times through x = x * a + b (one
+   * fused step in the AVX2 and AVX-512 sets; the scalar set, built without
+   * fused products, rounds the product and the sum). */
+  int fma_lanes;
+  void (*fma_chains)(float *x, int64_t n, float a, float b);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */
@@ -75,6 +82,33 @@ const char *const *attn_cpu_available(void);
 
 /* The ATTN_CPU value that forced the choice, or NULL when it was automatic. */
 const char *attn_cpu_forced(void);
+
+/* The FP32 multiply-add throughput of the chosen kernel set, measured over
+ * OpenMP threads: each thread runs the set's fma_chains on its own lanes.
+ * The steps per round are doubled from 2^16 until the faster of two rounds
+ * takes round_seconds (this also warms the units up); then `rounds` timed
+ * rounds, the best one kept. */
+typedef struct attn_fma_peak {
+  double gflops;   /* 2 flops per lane step, all threads, best round */
+  double seconds;  /* wall time of the best round */
+  double checksum; /* the sum of every final lane (so no loop is optimised away) */
+  int64_t steps;   /* steps per lane in a round */
+  int threads;     /* threads that ran */
+  int lanes;       /* lanes per thread */
+} attn_fma_peak;
+
+/* threads <= 0: OpenMP's maximum. round_seconds > 0, rounds >= 1. */
+attn_fma_peak attn_cpu_fma_peak(double round_seconds, int rounds, int threads);
+
+/* The kernel set named `name` if this CPU and build run it, else NULL. */
+const attn_flash_kernels *attn_cpu_kernels_named(const char *name);
+
+/* Whether the CPU's AVX-512 runs 512-bit FMAs at full width (two 512-bit
+ * FMA ports) rather than as two 256-bit halves: inferred from cpuid, not
+ * measured. AMD family 0x19 (Zen 4): no; 0x1A (Zen 5) and later: yes; Intel
+ * with AVX-512F: yes (its server cores have two ports; the few one-port
+ * parts are not told apart). 0 where AVX-512F is not available. */
+int attn_cpu_avx512_full_width(void);
 
 /* For a function whose fmaf calls are hot (the RNG's fills, the tiny module
  * path): the core is built without -mfma, so fmaf is a call into glibc (an

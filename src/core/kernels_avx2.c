@@ -205,4 +205,22 @@ static inline float vsum(v16 x) { /* lanes i and i + 8, then 4, 2, 1 apart: a fi
 }
 #include "kernel_decode.h"
 
-const attn_flash_kernels attn_kernels_avx2 = {"avx2", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};
+/* FMA throughput (cpu.h): 12 chains of 8 lanes, one fused step each, kept in
+ * registers (FMA latency 4-5 cycles x 2 ports needs 8-10 chains; 12 plus a
+ * and b fit the 16 registers). */
+#define FMA_CHAINS 12
+static void fma_chains(float *x, int64_t n, float a, float b) {
+  __m256 v[FMA_CHAINS];
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+#pragma GCC unroll 12
+  for (int j = 0; j < FMA_CHAINS; j++) v[j] = _mm256_loadu_ps(x + 8 * j);
+  for (int64_t i = 0; i < n; i++) {
+#pragma GCC unroll 12
+    for (int j = 0; j < FMA_CHAINS; j++) v[j] = _mm256_fmadd_ps(v[j], va, vb);
+  }
+#pragma GCC unroll 12
+  for (int j = 0; j < FMA_CHAINS; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
+}
+
+const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,    softmax_step16, exp_minus, rows_dot,
+                                             softmax_row, rows_axpy, 8 * FMA_CHAINS, fma_chains};

@@ -88,4 +88,17 @@ static inline float vfma(float a, float b, float c) { return a * b + c; }
 static inline float vsum(float x) { return x; }
 #include "kernel_decode.h"
 
-const attn_flash_kernels attn_kernels_scalar = {"scalar", gemm_t, softmax_step16, exp_minus, rows_dot, softmax_row, rows_axpy};
+/* FMA throughput (cpu.h): 32 independent chains, each step a product and a
+ * sum rounded one by one (this file is built with -ffp-contract=off, so the
+ * set has no fused step); the compiler may run the chains in SSE vectors. */
+#define FMA_LANES 32
+static void fma_chains(float *x, int64_t n, float a, float b) {
+  float v[FMA_LANES];
+  memcpy(v, x, sizeof v);
+  for (int64_t i = 0; i < n; i++)
+    for (int j = 0; j < FMA_LANES; j++) v[j] = v[j] * a + b;
+  memcpy(x, v, sizeof v);
+}
+
+const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      softmax_step16, exp_minus, rows_dot,
+                                                softmax_row, rows_axpy,   FMA_LANES,      fma_chains};

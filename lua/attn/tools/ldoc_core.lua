@@ -382,8 +382,11 @@
 -- `kernel` (`"scalar"`, `"avx2"` or `"avx512"`), `available` (the sets this
 -- CPU and build can run, best last), `forced` (the `ATTN_CPU` value that chose
 -- it, or false when chosen automatically: the best available), `openblas_core`
--- (as `blas_info().core`), `threads` (OpenMP's maximum) and `arch` (what the
--- build was compiled for: `"x86_64"`, `"aarch64"`, ...). `ATTN_CPU=scalar|avx2|avx512`
+-- (as `blas_info().core`), `threads` (OpenMP's maximum), `arch` (what the
+-- build was compiled for: `"x86_64"`, `"aarch64"`, ...) and `avx512_full_width` (whether
+-- the CPU runs 512-bit FMAs at full width, two 512-bit ports as on Intel server cores and
+-- AMD Zen 5, rather than as two 256-bit halves as on Zen 4; false without AVX-512F;
+-- inferred from cpuid's vendor and family, not measured). `ATTN_CPU=scalar|avx2|avx512`
 -- forces a set; an unknown value, or one this CPU lacks, makes `require "attn"`
 -- fail with the choices. Every set gives results within 2e-6 relative of the
 -- others, and the same bits for any thread count.
