@@ -63,7 +63,7 @@ static int l_encode(lua_State *L) {
   int allow_eot = lua_toboolean(L, 3);
   lua_Integer base = luaL_checkinteger(L, 4);
   int raise_disallowed = lua_isnoneornil(L, 6) || lua_toboolean(L, 6);
-  if (!allow_eot && raise_disallowed) {
+  if (!allow_eot && raise_disallowed && attn_tokenizer_eot(tok) >= 0) {
     /* as tiktoken: special text that is not allowed is an error, not silently plain text */
     int64_t at = attn_tokenizer_find_special(text, len);
     if (at >= 0)
