@@ -22,6 +22,10 @@ struct attn_tokenizer {
   int32_t byte_id[256];
   tok_merge *merges;   /* open-addressed table keyed by (a, b); a < 0 marks an empty slot */
   uint32_t merge_mask; /* slots - 1 */
+  /* every merge's parts are made only by lower-ranked merges (GPT-2's are):
+   * then a merge never makes a pair ranked below its own, and long pieces can
+   * take the heap path (bpe_merge_heap) with the same result */
+  int ranks_ordered;
 };
 
 /* ---- bytes_to_unicode: GPT-2's printable stand-ins for the 256 bytes ---- */
@@ -199,6 +203,86 @@ static size_t bpe_merge(const attn_tokenizer *tok, int32_t *w, size_t n) {
   return n;
 }
 
+/* Pieces longer than this take bpe_merge_heap when the ranks allow it. */
+#define BPE_HEAP_MIN 64
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+  size_t i = (*n)++;
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (h[p] <= v) break;
+    h[i] = h[p];
+    i = p;
+  }
+  h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
+  uint64_t top = h[0], v = h[--*n];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && h[c + 1] < h[c]) c++;
+    if (h[c] >= v) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = v;
+  return top;
+}
+
+/* bpe_merge in O(n log n): the adjacent pairs in a heap keyed by (rank,
+ * position), the piece a linked list. Popping every occurrence of the lowest
+ * rank in position order is bpe_merge's left-to-right pass, since (with
+ * ranks_ordered) no merge makes a pair ranked at or below its own. Entries
+ * whose pair has changed since they were pushed are skipped when popped.
+ * Returns the new count, or (size_t)-1 without memory. */
+static size_t bpe_merge_heap(const attn_tokenizer *tok, int32_t *w, size_t n) {
+  int32_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
+  /* n - 1 pairs at first; each merge pops one and pushes at most two, and there are fewer than n merges */
+  uint64_t *heap = malloc(2 * n * sizeof *heap);
+  if (!next || !prev || !heap) {
+    free(next); free(prev); free(heap);
+    return (size_t)-1;
+  }
+  size_t hn = 0;
+  for (size_t k = 0; k < n; k++) {
+    next[k] = k + 1 < n ? (int32_t)(k + 1) : -1;
+    prev[k] = (int32_t)k - 1;
+    if (k + 1 < n) {
+      const tok_merge *m = merge_find(tok, w[k], w[k + 1]);
+      if (m) heap_push(heap, &hn, ((uint64_t)(uint32_t)m->rank << 32) | k);
+    }
+  }
+  while (hn > 0) {
+    uint64_t e = heap_pop(heap, &hn);
+    int32_t rank = (int32_t)(e >> 32), k = (int32_t)(uint32_t)e;
+    if (w[k] < 0 || next[k] < 0) continue; /* merged away, or now last */
+    int32_t r = next[k];
+    const tok_merge *m = merge_find(tok, w[k], w[r]);
+    if (!m || m->rank != rank) continue; /* the pair here has changed */
+    w[k] = m->merged;
+    w[r] = -1;
+    next[k] = next[r];
+    if (next[r] >= 0) prev[next[r]] = k;
+    if (prev[k] >= 0) {
+      const tok_merge *ml = merge_find(tok, w[prev[k]], w[k]);
+      if (ml) heap_push(heap, &hn, ((uint64_t)(uint32_t)ml->rank << 32) | (uint32_t)prev[k]);
+    }
+    if (next[k] >= 0) {
+      const tok_merge *mr = merge_find(tok, w[k], w[next[k]]);
+      if (mr) heap_push(heap, &hn, ((uint64_t)(uint32_t)mr->rank << 32) | (uint32_t)k);
+    }
+  }
+  size_t o = 0;
+  for (int32_t k = 0; k >= 0; k = next[k]) w[o++] = w[k];
+  free(next);
+  free(prev);
+  free(heap);
+  return o;
+}
+
 /* ---- encode ---- */
 
 int64_t attn_tokenizer_find_special(const char *text, size_t len) {
@@ -213,7 +297,8 @@ int64_t attn_tokenizer_find_special(const char *text, size_t len) {
   return -1;
 }
 
-/* Encode text without specials into ids (room for len); returns the count. */
+/* Encode text without specials into ids (room for len): the count, or
+ * (size_t)-1 without memory. */
 static size_t encode_ordinary(const attn_tokenizer *tok, const unsigned char *s, size_t len, int32_t *ids) {
   size_t out = 0;
   size_t i = 0;
@@ -222,7 +307,10 @@ static size_t encode_ordinary(const attn_tokenizer *tok, const unsigned char *s,
     /* the piece's ids are merged in place in the output, which has room for every byte */
     int32_t *w = ids + out;
     for (size_t k = 0; k < pl; k++) w[k] = tok->byte_id[s[i + k]];
-    out += bpe_merge(tok, w, pl);
+    size_t got = pl > BPE_HEAP_MIN && tok->ranks_ordered && pl < INT32_MAX ? bpe_merge_heap(tok, w, pl)
+                                                                            : bpe_merge(tok, w, pl);
+    if (got == (size_t)-1) return got;
+    out += got;
     i += pl;
   }
   return out;
@@ -241,7 +329,9 @@ attn_status attn_tokenizer_encode(attn_tokenizer *tok, const char *text, size_t 
       int64_t at = attn_tokenizer_find_special(text + i, len - i);
       if (at >= 0) end = i + (size_t)at;
     }
-    out += encode_ordinary(tok, s + i, end - i, ids + out);
+    size_t got = encode_ordinary(tok, s + i, end - i, ids + out);
+    if (got == (size_t)-1) return attn_fail(ATTN_ENOMEM, "no memory to merge a piece of %zu bytes", end - i);
+    out += got;
     i = end;
     if (i < len) { /* at an allowed <|endoftext|> */
       ids[out++] = tok->eot;
@@ -484,6 +574,7 @@ static attn_status load_merges(attn_tokenizer *tok, const char *path, const char
   while (i < len && s[i] != '\n') i++;
   i++;
   int32_t rank = 0;
+  int repeated = 0;
   while (i < len) {
     size_t e = i;
     while (e < len && s[e] != '\n') e++;
@@ -503,9 +594,27 @@ static attn_status load_merges(attn_tokenizer *tok, const char *path, const char
     /* as dict(zip(merges, ranks)): a repeated pair keeps its last rank */
     uint32_t h = pair_hash(a, b) & tok->merge_mask;
     while (tok->merges[h].a >= 0 && !(tok->merges[h].a == a && tok->merges[h].b == b)) h = (h + 1) & tok->merge_mask;
+    repeated |= tok->merges[h].a >= 0;
     tok->merges[h] = (tok_merge){a, b, rank++, m};
     i = e + 1;
   }
+  /* ranks_ordered: the highest rank that makes each token, below every rank that uses it */
+  int32_t *made_at = malloc((size_t)tok->n_vocab * sizeof *made_at);
+  if (!made_at) {
+    free(t.slot); free(tmp);
+    return attn_fail(ATTN_ENOMEM, "%s: no memory", path);
+  }
+  for (int32_t id = 0; id < tok->n_vocab; id++) made_at[id] = -1;
+  for (uint32_t k = 0; k <= tok->merge_mask; k++) {
+    const tok_merge *mg = &tok->merges[k];
+    if (mg->a >= 0 && mg->rank > made_at[mg->merged]) made_at[mg->merged] = mg->rank;
+  }
+  tok->ranks_ordered = !repeated;
+  for (uint32_t k = 0; k <= tok->merge_mask; k++) {
+    const tok_merge *mg = &tok->merges[k];
+    if (mg->a >= 0 && (made_at[mg->a] >= mg->rank || made_at[mg->b] >= mg->rank)) tok->ranks_ordered = 0;
+  }
+  free(made_at);
   for (int c = 0; c < 256; c++) {
     char ch = (char)c;
     tok->byte_id[c] = str_find(&t, tok, &ch, 1, NULL);
