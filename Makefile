@@ -148,6 +148,7 @@ install: $(SO) $(LUAOUT) $(DATAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
+	for f in $(DATASRC); do install -D -m 644 $$f $(DESTDIR)$(INST_LUADIR)/attn/$$f || exit 1; done
 	@mkdir -p $(BUILD)/bin
 	for l in $(LAUNCHERS); do \
 	  sed -e 's|@LUADIR@|$(INST_LUADIR)|g' -e 's|@LIBDIR@|$(INST_LIBDIR)|g' scripts/install/$$l.in > $(BUILD)/bin/$$l && \

@@ -18,6 +18,9 @@ local EOT_TEXT = "<|endoftext|>"
 local M = {}
 
 local Tokenizer = {}
+--- A loaded tokenizer (what `gpt2` returns): `tok:encode`, `tok:decode`,
+-- `tok.n_vocab`, `tok.eot`.
+M.Tokenizer = Tokenizer
 Tokenizer.__index = Tokenizer
 Tokenizer.__name = "attn.tokenizer"
 
