@@ -2,7 +2,7 @@
 -- OpenAI's encoder.py), in C (src/core/tokenizer.c).
 --
 --   local tok = attn.tokenizer.gpt2()
---   local ids = tok:encode("Hello, world")   -- {15497, 11, 996} (tiktoken's + 1)
+--   local ids = tok:encode("Hello, world")   -- {15497, 12, 996} (tiktoken's + 1)
 --   tok:decode(ids)                          -- "Hello, world"
 --
 -- Ids are 1-based (tiktoken's id + 1, so they index nn.Embedding) unless
