@@ -64,11 +64,14 @@ BIND_OBJ := $(BIND_SRC:src/%.c=$(BUILD)/obj/%.o)
 LUASRC := $(shell find lua -name '*.lua' 2>/dev/null)
 LUAOUT := $(LUASRC:lua/%=$(BUILD)/%)
 SO   := $(BUILD)/attn/core.so
+# GPT-2's vocabulary (attn.tokenizer.gpt2() with no dir), beside the Lua files
+DATASRC := $(wildcard data/gpt2/*)
+DATAOUT := $(DATASRC:data/%=$(BUILD)/attn/data/%)
 
 PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make
 
 .PHONY: all test demo install clean deps doc have-deps
-all: $(SO) $(LUAOUT)
+all: $(SO) $(LUAOUT) $(DATAOUT)
 
 # Install missing Debian packages: as root with apt-get, else with sudo, else say which.
 # (With a second architecture added, dpkg -s of a package installed for both
@@ -112,6 +115,10 @@ $(BUILD)/%.lua: lua/%.lua
 	@mkdir -p $(dir $@)
 	cp $< $@
 
+$(BUILD)/attn/data/%: data/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 # the core alone, from C (tests/core_test.c links $(CORE_LIB) as a C program would)
 CORE_TEST := $(BUILD)/core_test
 $(CORE_TEST): tests/core_test.c $(CORE_LIB) $(wildcard src/core/*.h)
@@ -137,10 +144,11 @@ demo: deps
 # they work from any directory: $(INST_BINDIR)/attn-lua (scripts and the REPL)
 # and $(INST_BINDIR)/attn-busted (busted on a user's own specs).
 LAUNCHERS = attn-lua attn-busted
-install: $(SO) $(LUAOUT)
+install: $(SO) $(LUAOUT) $(DATAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
+	for f in $(DATASRC); do install -D -m 644 $$f $(DESTDIR)$(INST_LUADIR)/attn/$$f || exit 1; done
 	@mkdir -p $(BUILD)/bin
 	for l in $(LAUNCHERS); do \
 	  sed -e 's|@LUADIR@|$(INST_LUADIR)|g' -e 's|@LIBDIR@|$(INST_LIBDIR)|g' scripts/install/$$l.in > $(BUILD)/bin/$$l && \
@@ -175,7 +183,7 @@ UBSAN_OPTS = print_stacktrace=1:halt_on_error=1
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 asan: have-deps
 	@$(MAKE) -s BUILD=$(ASAN_BUILD) CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" $(ASAN_BUILD)/attn/core.so \
-	  $(LUASRC:lua/%=$(ASAN_BUILD)/%)
+	  $(LUASRC:lua/%=$(ASAN_BUILD)/%) $(DATASRC:data/%=$(ASAN_BUILD)/attn/data/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
 	 scripts/run-specs --lpath="$(ASAN_BUILD)/?.lua;$(ASAN_BUILD)/?/init.lua;spec/?.lua;scripts/lib/?.lua" \
@@ -193,7 +201,7 @@ STATIC_BUILD = build-static
 static: have-deps
 	@$(MAKE) -s BUILD=$(STATIC_BUILD) \
 	  ALL_LDFLAGS="$(LDFLAGS) -shared -fopenmp -Wl,-z,nodelete $(BLASDIR)/libopenblas.a -lgfortran -lm" \
-	  $(STATIC_BUILD)/attn/core.so $(LUASRC:lua/%=$(STATIC_BUILD)/%)
+	  $(STATIC_BUILD)/attn/core.so $(LUASRC:lua/%=$(STATIC_BUILD)/%) $(DATASRC:data/%=$(STATIC_BUILD)/attn/data/%)
 .PHONY: static
 
 # libFuzzer harness for the C core (fuzz/core_fuzz.c) under ASan + UBSan, run

@@ -3,7 +3,7 @@
 -- LIST is comma-separated from: fma_peak, sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
 -- options_bwd (each variant's cost on A's flash forward + backward),
--- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt (default: all). Each attention case runs every kernel
+-- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, tokenize (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -78,7 +78,7 @@ local fma = require("attn.core")._fma_peak(0.01, math.min(100, 20 * math.max(1, 
 
 local function emit(t)
   if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma.gflops end
-  t.threads = threads
+  t.threads = t.threads or threads -- a single-threaded case says 1
   t.blas_core = core
   t.cpu_kernel = cpu.kernel
   t.peak_rss_mb = t.peak_rss_mb or attn.peak_rss_mb()
@@ -390,4 +390,27 @@ if wanted("train_gpt") then
   end, opts.reps)
   emit { case = "train_gpt", kernel = "GPTModel + AdamW", b = b, h = cfg.n_heads, lq = n, lk = n,
          e = cfg.emb_dim // cfg.n_heads, causal = true, ms = ms, tokens_per_s = b * n / (ms / 1000) }
+end
+
+-- tokenize: GPT-2's tokenizer (attn.tokenizer.gpt2, one thread) over the
+-- repository's LICENSE, data/gpt2/LICENSE and README.md repeated to at least
+-- 300 KB; mb_per_s counts input bytes (10^6 per MB); load_ms is reading
+-- encoder.json and vocab.bpe
+if wanted("tokenize") then
+  local root = script:match("^(.*)[/\\]scripts[/\\][^/\\]*$") or "."
+  local parts = {}
+  for _, f in ipairs({ "LICENSE", "data/gpt2/LICENSE", "README.md" }) do
+    local fh = assert(io.open(root .. "/" .. f, "rb"))
+    parts[#parts + 1] = fh:read("a")
+    fh:close()
+  end
+  local unit = table.concat(parts, "\n")
+  local text = unit:rep(math.ceil(300000 / #unit))
+  local t0 = attn.clock()
+  local tok = attn.tokenizer.gpt2()
+  local load_ms = (attn.clock() - t0) * 1000
+  local n
+  local ms = best_ms("tokenize", function() n = #tok:encode(text, { disallowed_special = {} }) end, opts.reps)
+  emit { case = "tokenize", kernel = "gpt2 bpe", threads = 1, ms = ms, bytes = #text, tokens = n,
+         mb_per_s = #text / (ms * 1000), load_ms = load_ms }
 end

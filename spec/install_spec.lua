@@ -63,6 +63,18 @@ describe("make install PREFIX=<temp>", function()
     assert.are.equal("tensor(2.)\tone\ttwo\n", out)
   end)
 
+  it("installs GPT-2's vocabulary: attn.tokenizer.gpt2() with no dir reads the installed copy", function()
+    local out, ok = in_project(sh_quote(prefix .. "/bin/attn-lua")
+      .. " -e 'local t = require(\"attn\").tokenizer.gpt2(); print(t.n_vocab, table.concat(t:encode(\"Hello, world\", {base = 0}), \" \"))'")
+    assert.is_true(ok, out)
+    assert.are.equal("50257\t15496 11 995\n", out)
+    for _, f in ipairs { "encoder.json", "vocab.bpe", "LICENSE" } do
+      local fh = io.open(prefix .. "/share/lua/5.4/attn/data/gpt2/" .. f)
+      assert(fh, "missing " .. f)
+      fh:close()
+    end
+  end)
+
   it("attn-lua with no arguments is the REPL, help included", function()
     local out, ok = in_project("printf 'x = attn.eye(2)\\nx * 2\\nattn.help(\"transpose\")\\n' | "
       .. sh_quote(prefix .. "/bin/attn-lua"))

@@ -13,6 +13,7 @@
 #include "rng.h"
 #include "sdpa_dispatch.h"
 #include "tensor.h"
+#include "tokenizer.h"
 
 static int passed, failed;
 
@@ -345,6 +346,32 @@ static void test_rng(void) {
         "rand after seed 0 gives torch's first numbers");
 }
 
+/* GPT-2's tokenizer from the shipped vocabulary (make test-core runs in the
+ * repository root): tiktoken's gpt2 ids, the allowed end-of-text token, and
+ * invalid UTF-8 named by its byte offset. */
+static void test_tokenizer(void) {
+  attn_tokenizer *tok;
+  if (attn_tokenizer_load("data/gpt2/encoder.json", "data/gpt2/vocab.bpe", &tok) != ATTN_OK) {
+    check(0, attn_error_message());
+    return;
+  }
+  check(attn_tokenizer_n_vocab(tok) == 50257 && attn_tokenizer_eot(tok) == 50256, "GPT-2 has 50257 ids, eot 50256");
+  const char *text = "Hello, world<|endoftext|>";
+  int32_t ids[32];
+  size_t n = 0;
+  /* tiktoken: enc.encode("Hello, world<|endoftext|>", allowed_special="all") = [15496, 11, 995, 50256] */
+  check(attn_tokenizer_encode(tok, text, strlen(text), 1, ids, &n) == ATTN_OK && n == 4 && ids[0] == 15496 &&
+            ids[1] == 11 && ids[2] == 995 && ids[3] == 50256,
+        "encode gives tiktoken's gpt2 ids");
+  size_t len;
+  const char *p = attn_tokenizer_token(tok, 15496, &len);
+  check(len == 5 && memcmp(p, "Hello", 5) == 0, "token 15496 is 'Hello'");
+  check(attn_tokenizer_encode(tok, "ok\xC3", 3, 0, ids, &n) == ATTN_EARG &&
+            strstr(attn_error_message(), "byte offset 2") != NULL,
+        "a cut UTF-8 sequence is an error naming its byte offset");
+  attn_tokenizer_free(tok);
+}
+
 int main(void) {
   attn_generator g;
   attn_rng_seed(&g, 123);
@@ -355,6 +382,7 @@ int main(void) {
   test_block_mask_classes();
   test_block_mask_attention(&g);
   test_rng();
+  test_tokenizer();
   printf("core_test: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -174,6 +174,8 @@ attn.nn = require "attn.nn"
 attn.optim = require "attn.optim"
 --- Attention heatmaps (SVG and terminal): see `attn.viz`.
 attn.viz = require "attn.viz"
+--- Text to token ids: `attn.tokenizer.gpt2([dir])` (GPT-2's BPE, tiktoken's ids + 1).
+attn.tokenizer = require "attn.tokenizer"
 --- Prints the doc of a public function or class:
 -- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`, `attn.help("transpose")` (a
 -- tensor method by its short name); a class or module also lists its methods,
