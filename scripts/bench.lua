@@ -73,11 +73,16 @@ local function wanted(name) return next(selected) == nil or selected[name] end
 
 -- the reference of of_fma_peak: the best of many short rounds (20 per --reps,
 -- at most 100, of 10 ms each), so that one quiet moment of a shared machine
--- is enough to see its limit
-local fma = require("attn.core")._fma_peak(0.01, math.min(100, 20 * math.max(1, math.tointeger(opts.reps) or 3)))
+-- is enough to see its limit; measured once, when a run first needs it (a run
+-- of only us_per_call or MB/s cases never does)
+local fma
+local function fma_peak()
+  fma = fma or require("attn.core")._fma_peak(0.01, math.min(100, 20 * math.max(1, math.tointeger(opts.reps) or 3)))
+  return fma
+end
 
 local function emit(t)
-  if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma.gflops end
+  if t.gflops and t.gflops > 0 and t.case ~= "fma_peak" then t.of_fma_peak = t.gflops / fma_peak().gflops end
   t.threads = t.threads or threads -- a single-threaded case says 1
   t.blas_core = core
   t.cpu_kernel = cpu.kernel
@@ -106,6 +111,7 @@ local function best_ms(label, fn, reps)
 end
 
 if wanted("fma_peak") then
+  local fma = fma_peak()
   emit { case = "fma_peak", kernel = fma.kernel, b = 1, h = 1, lq = 0, lk = 0, e = 0, causal = false, ms = fma.ms,
          gflops = fma.gflops, fma_lanes = fma.lanes, fma_steps = fma.steps,
          avx512_full_width = cpu.avx512_full_width }
