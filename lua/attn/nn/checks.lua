@@ -9,10 +9,8 @@ local caller = require "attn.caller"
 
 local checks = {}
 
--- Constructor checks run inside Class:init, which Module's __call runs: this
--- was the error() level of the code that called the class. Errors now go
--- through attn.caller, which finds that code however deep the check is.
-checks.CTOR_LEVEL = 4
+-- Constructor checks run inside Class:init, which Module's __call runs; their
+-- errors go through attn.caller, which finds the user's call however deep.
 
 local describe = argcheck.describe
 local is_tensor = argcheck.is_tensor
