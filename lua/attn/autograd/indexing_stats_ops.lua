@@ -13,7 +13,6 @@
 local core = require "attn.core"
 local autograd = require "attn.autograd"
 
-local Tensor_mt = core.Tensor_mt
 local raw_method = core.Tensor -- methods only C has (clamp_, scatter_add_)
 
 local is_tensor = require("attn.argcheck").is_tensor

@@ -22,7 +22,7 @@
 -- is an error at backward, naming the saving node and the writer.
 -- @module attn.autograd
 local core = require "attn.core"
-local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
+local Tensor = core.Tensor
 local version_of = core._version
 local raw_zeros, raw_ones = core.zeros, core.ones
 
