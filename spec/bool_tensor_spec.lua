@@ -176,6 +176,8 @@ describe("bool tensors: arithmetic, as PyTorch 1.13's type promotion", function(
     assert.are.same({ 1, 1, 0, 0 }, values(a))
     local y = attn.ones(2)
     assert.are.equal(y, y:float())
+    C.fails(function() return attn.Tensor.float(3) end,
+      "Tensor:float: bad argument #1 'self' (expected attn.Tensor, got number)")
   end)
 
   it("sum and mean of a bool are float counts (torch: sum is int64); max, argmax work on 0 and 1", function()

@@ -188,6 +188,27 @@ describe("m:load_state_dict and opt:load_state_dict check everything, then apply
     assert.are.same(before, C.bits(m.weight))
     assert.is_true(attn.zeros(1):expand(3):has_internal_overlap())
     assert.is_false(attn.zeros(2, 3):t():has_internal_overlap())
+    -- a stride of 0 along a dim of size 1 overlaps nothing; along 2 it does
+    assert.is_false(attn.zeros(3, 1):expand(3, 1):has_internal_overlap())
+    assert.is_true(attn.zeros(3, 1):expand(3, 2):has_internal_overlap())
+    C.fails(function() return attn.Tensor.has_internal_overlap(5) end,
+      "Tensor:has_internal_overlap: bad argument #1 'self' (expected attn.Tensor, got number)")
+  end)
+
+  it("attn.check_rng_state accepts what get_rng_state gives and leaves the generator as it was", function()
+    attn.manual_seed(11)
+    local state = attn.get_rng_state()
+    attn.manual_seed(5)
+    local want = attn.rand(4)           -- the draws of seed 5, no check in between
+    attn.manual_seed(5)
+    assert.is_true(attn.check_rng_state(state))
+    assert.are.same(C.bits(want), C.bits(attn.rand(4)))
+    C.fails(function() attn.check_rng_state(42) end,
+      "attn.check_rng_state: bad argument #1 'state' (expected a string from attn.get_rng_state, got number)")
+    C.fails(function() attn.check_rng_state(state:sub(1, 10)) end, "attn.check_rng_state")
+    attn.manual_seed(5)
+    pcall(attn.check_rng_state, state:sub(1, 10))
+    assert.are.same(C.bits(want), C.bits(attn.rand(4)))  -- a refused state changes nothing either
   end)
 
   it("m:prepare_load_state_dict checks and changes nothing until its function is called", function()
