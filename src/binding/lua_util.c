@@ -62,11 +62,10 @@ const char *attnL_typename(lua_State *L, int arg, char *buf, size_t len) {
  * function of the Lua layer, which stands between the user's call and many C
  * functions; an error then points at the user's line, as when the C function
  * is called directly. The layer's files are known by the source prefix that
- * lua/attn/caller.lua registers (the autograd wrappers by their folder, even
- * before that). A C caller such as pcall ends the walk: what it catches is
- * the catcher's to word, and the position is left out ("" from luaL_where). */
+ * lua/attn/caller.lua registers (attn's init.lua loads it before any other
+ * file of the layer). A C caller such as pcall ends the walk: what it catches
+ * is the catcher's to word, and the position is left out ("" from luaL_where). */
 static int is_layer_source(const char *source, const char *prefix, size_t plen) {
-  if (strstr(source, "attn/autograd/") != NULL) return 1;
   return prefix != NULL && strncmp(source, prefix, plen) == 0;
 }
 
