@@ -28,7 +28,7 @@ local describe = argcheck.describe
 local function check_count(fname, argn, what, v)
   local n = type(v) == "number" and math.tointeger(v)
   if not n or n < 1 then
-    argcheck.arg_error(fname, argn, what, "an integer >= 1", describe(v))
+    argcheck.arg_error(fname, argn, what, "an integer >= 1", describe(v, {strings = true}))
   end
   return n
 end
@@ -229,7 +229,10 @@ end
 -- global one; with shuffle, the first batch draws the epoch's RandomSampler
 -- order: torch.randperm(#dataset) from the loader's generator, or without
 -- one from a new generator seeded by another 64-bit draw of the global one.
--- So the batches and the generators' states afterwards are PyTorch's.
+-- The batch that finds the order used up (the last one when it is short, or
+-- the call after the last) draws a second randperm, unused, as torch's
+-- RandomSampler does on running out. So the batches and the generators'
+-- states afterwards are PyTorch's.
 function DataLoader.iter(...)
   local loader = ...
   local fname = "DataLoader:iter"
@@ -241,20 +244,31 @@ function DataLoader.iter(...)
   local n = dataset_len(ds, fname)
   -- _BaseDataLoaderIter.__init__'s _base_seed: drawn, unused with no workers
   generator.random_int64(loader.generator)
-  local order, pos = nil, 0
+  local order, pos, exhausted, sampler_g = nil, 0, false, nil
   return function()
+    if exhausted and pos >= n then return nil end
     if not order then
       if loader.shuffle then
-        local g = loader.generator
-        if g == nil then g = generator.new():manual_seed(generator.random_int64(nil)) end
-        order = generator.randperm(g, n)
+        sampler_g = loader.generator
+        if sampler_g == nil then sampler_g = generator.new():manual_seed(generator.random_int64(nil)) end
+        order = generator.randperm(sampler_g, n)
       else
         order = {}
         for i = 1, n do order[i] = i end
       end
     end
     local count = math.min(batch_size, n - pos)
-    if count <= 0 or (drop_last and count < batch_size) then return nil end
+    if count < batch_size and not exhausted then
+      -- the batch sampler asks for one index past the end: RandomSampler's
+      -- last line then runs torch.randperm(n)[:0], which draws n - 1 numbers
+      -- from the generator for nothing (seen only on the loader's own one)
+      exhausted = true
+      if loader.shuffle then generator.randperm(sampler_g, n) end
+    end
+    if count <= 0 or (drop_last and count < batch_size) then
+      pos = n
+      return nil
+    end
     local items, indices = {}, {}
     for b = 1, count do
       local idx = order[pos + b]
