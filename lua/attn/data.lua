@@ -139,7 +139,6 @@ function M.GPTDataset(...)
   local ds = {ids = t, max_length = max_length, stride = stride, n = (n_ids - max_length - 1) // stride + 1}
   return setmetatable(ds, GPTDataset)
 end
-M.GPTDataset_mt = GPTDataset
 
 -- ---- DataLoader ---------------------------------------------------------------
 
@@ -318,6 +317,5 @@ function M.DataLoader(...)
   return setmetatable({dataset = ds, batch_size = batch_size, shuffle = opts.shuffle or false,
                        drop_last = opts.drop_last or false, generator = opts.generator}, DataLoader)
 end
-M.DataLoader_mt = DataLoader
 
 return M

@@ -21,10 +21,13 @@ local DEFAULT_SEED = 67280421310721
 local Generator = {}
 Generator.__index = Generator
 Generator.__name = "attn.Generator"
+--- The metatable of generators, holding their methods (manual_seed,
+-- initial_seed, get_state, set_state).
 M.Generator_mt = Generator
 
-local function is_generator(x) return getmetatable(x) == Generator end
-M.is_generator = is_generator
+--- True when x is an attn.Generator.
+function M.is_generator(x) return getmetatable(x) == Generator end
+local is_generator = M.is_generator
 
 -- fn() run on the global generator with g's state in it; g keeps the state
 -- fn leaves and the global generator gets its own back, on an error too.
