@@ -287,6 +287,11 @@ describe("attn.data.DataLoader", function()
       "bad option 'shuffle' (expected boolean, got number)")
     error_matching(function() attn.data.DataLoader(ds, {generator = {}}) end,
       "bad option 'generator' (expected an attn.Generator, got table)")
+    error_matching(function() attn.data.DataLoader(ds, {generator = 5}) end,
+      "attn.data.DataLoader: bad option 'generator' (expected an attn.Generator, got number)")
+    local forged = setmetatable({}, getmetatable(attn.Generator()))
+    error_matching(function() attn.data.DataLoader(ds, {generator = forged}) end,
+      "bad option 'generator' (expected an attn.Generator")
     error_matching(function() attn.data.DataLoader(ds, {batchsize = 2}) end,
       "attn.data.DataLoader: unknown option 'batchsize' (known: batch_size, drop_last, generator, shuffle)")
     error_matching(function() attn.data.DataLoader({}, {shuffle = true}) end,
@@ -326,6 +331,14 @@ describe("attn.Generator", function()
 
   it("starts at torch.Generator()'s default seed 67280421310721", function()
     assert.are.equal(67280421310721, attn.Generator():initial_seed())
+  end)
+
+  it("keeps its state to itself: a field set on it changes nothing", function()
+    local g = attn.Generator():manual_seed(3)
+    local state = g:get_state()
+    g.state = "x"
+    assert.are.equal(state, g:get_state())
+    assert.are.equal(3, g:initial_seed())
   end)
 
   it("refuses bad seeds and states, naming them", function()

@@ -295,6 +295,12 @@ function M.DataLoader(...)
     argcheck.arg_error(fname, 1, "dataset", "a dataset (with #dataset and dataset[i])", argcheck.typename(ds))
   end
   local n = dataset_len(ds, fname)
+  -- the generator first, so that any non-generator gets the message that names what it must be
+  local g = type(opts) == "table" and opts.generator or nil
+  if g ~= nil and not generator.is_generator(g) then
+    caller.error(("%s: bad option 'generator' (expected an attn.Generator, got %s)"):format(fname,
+      argcheck.typename(g)))
+  end
   opts = argcheck.check_options(fname, opts, 2, {batch_size = "number", shuffle = "boolean", drop_last = "boolean",
                                                  generator = "table"}, argcheck.typename)
   local batch_size = 1
@@ -304,10 +310,6 @@ function M.DataLoader(...)
       caller.error(("%s: bad option 'batch_size' (expected an integer >= 1, got %s)"):format(fname,
         describe(opts.batch_size)))
     end
-  end
-  if opts.generator ~= nil and not generator.is_generator(opts.generator) then
-    caller.error(("%s: bad option 'generator' (expected an attn.Generator, got %s)"):format(fname,
-      argcheck.typename(opts.generator)))
   end
   -- as RandomSampler's check at construction
   if opts.shuffle and n == 0 then

@@ -5,9 +5,10 @@
 --   local g = attn.Generator():manual_seed(123)
 --   attn.data.DataLoader(ds, {batch_size = 8, shuffle = true, generator = g})
 --
--- A generator holds its state as attn.get_rng_state's string; a draw from it
--- runs on the global generator with that state swapped in, then swaps the
--- global state back, so the global stream is as it was.
+-- A generator's state is attn.get_rng_state's string, kept out of the
+-- user's reach (a weak table by generator); a draw from it runs on the
+-- global generator with that state swapped in, then swaps the global state
+-- back, so the global stream is as it was.
 -- @module attn.generator
 local core = require "attn.core"
 local caller = require "attn.caller"
@@ -25,17 +26,20 @@ Generator.__name = "attn.Generator"
 -- initial_seed, get_state, set_state).
 M.Generator_mt = Generator
 
---- True when x is an attn.Generator.
-function M.is_generator(x) return getmetatable(x) == Generator end
+-- generator -> its state string
+local states = setmetatable({}, {__mode = "k"})
+
+--- True when x is an attn.Generator (one that attn.Generator() made).
+function M.is_generator(x) return getmetatable(x) == Generator and states[x] ~= nil end
 local is_generator = M.is_generator
 
 -- fn() run on the global generator with g's state in it; g keeps the state
 -- fn leaves and the global generator gets its own back, on an error too.
 local function on(g, fn, ...)
   local saved = core.get_rng_state()
-  core.set_rng_state(g.state)
+  core.set_rng_state(states[g])
   local ok, r = pcall(fn, ...)
-  g.state = core.get_rng_state()
+  states[g] = core.get_rng_state()
   core.set_rng_state(saved)
   if not ok then error(r, 0) end
   return r
@@ -59,7 +63,7 @@ function M.new(...)
   local g = setmetatable({}, Generator)
   local saved = core.get_rng_state()
   core.manual_seed(DEFAULT_SEED)
-  g.state = core.get_rng_state()
+  states[g] = core.get_rng_state()
   core.set_rng_state(saved)
   return g
 end
@@ -88,7 +92,7 @@ function Generator.get_state(...)
   local g = ...
   argcheck.check_nargs("Generator:get_state", 1, select("#", ...))
   check_self("Generator:get_state", g)
-  return g.state
+  return states[g]
 end
 
 --- Restores a state from `g:get_state()` or attn.get_rng_state(); returns g.
@@ -105,7 +109,7 @@ function Generator.set_state(...)
     caller.error("Generator:set_state: bad argument #2 'state' (" .. tostring(err):gsub("^.-attn%.check_rng_state: ", "")
       .. ")")
   end
-  g.state = state
+  states[g] = state
   return g
 end
 
