@@ -102,6 +102,10 @@ describe("attn.data.GPTDataset", function()
         .. "and target window, got 4)")
       error_matching(function() attn.data.GPTDataset({}, 1, 1) end, "got 0)")
       error_matching(function() attn.data.GPTDataset(attn.tensor({1, 2}), 2, 1) end, "= 3 token ids")
+      error_matching(function() attn.data.GPTDataset({1, 2}, math.maxinteger, 1) end,
+        "expected at least max_length + 1 = 9223372036854775808 token ids")
+      local huge_stride = attn.data.GPTDataset({1, 2, 3}, 1, math.maxinteger)
+      assert.are.equal(1, #huge_stride)
     end)
 
   it("refuses a bad max_length or stride, naming it and what came", function()
@@ -179,6 +183,15 @@ describe("attn.data.DataLoader", function()
       for _ in attn.data.DataLoader(ds, {batch_size = bs, drop_last = true}):iter() do count = count + 1 end
       assert.are.equal(n // bs, count)
     end
+  end)
+
+  it("takes a batch_size past the dataset: one short batch, or none with drop_last", function()
+    local ds = indices_dataset(3)
+    assert.are.equal(1, #attn.data.DataLoader(ds, {batch_size = math.maxinteger}))
+    assert.are.equal(0, #attn.data.DataLoader(ds, {batch_size = math.maxinteger, drop_last = true}))
+    local got = {}
+    for x in attn.data.DataLoader(ds, {batch_size = math.maxinteger}):iter() do got[#got + 1] = flat(x) end
+    assert.are.same({{0, 1, 2}}, got)
   end)
 
   it("takes any dataset with # and [i]: single tensors stack, numbers become a [batch] tensor", function()

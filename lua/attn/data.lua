@@ -132,9 +132,9 @@ function M.GPTDataset(...)
   stride = check_count(fname, 3, "stride", stride)
   local t = ids_tensor(fname, ids)
   local n_ids = t:numel()
-  if n_ids < max_length + 1 then
-    caller.error(("%s: bad argument #1 'ids' (expected at least max_length + 1 = %d token ids for one input and "
-      .. "target window, got %d)"):format(fname, max_length + 1, n_ids))
+  if n_ids - 1 < max_length then -- (max_length + 1 would wrap around at math.maxinteger)
+    caller.error(("%s: bad argument #1 'ids' (expected at least max_length + 1 = %.0f token ids for one input and "
+      .. "target window, got %d)"):format(fname, max_length + 1.0, n_ids))
   end
   local ds = {ids = t, max_length = max_length, stride = stride, n = (n_ids - max_length - 1) // stride + 1}
   return setmetatable(ds, GPTDataset)
@@ -159,7 +159,7 @@ end
 
 local function batch_count(n, batch_size, drop_last)
   if drop_last then return n // batch_size end
-  return (n + batch_size - 1) // batch_size
+  return n // batch_size + (n % batch_size > 0 and 1 or 0) -- ceil, without n + batch_size overflowing
 end
 
 --- The number of batches: ceil(#dataset / batch_size), or floor with
