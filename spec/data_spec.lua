@@ -141,7 +141,10 @@ describe("attn.data.GPTDataset", function()
     u[8] = 0.5
     error_matching(function() attn.data.GPTDataset(u, 4, 1) end, "got 0.5 at position 8)")
     error_matching(function() attn.data.GPTDataset(attn.ones(2, 5), 1, 1) end,
-      "bad argument #1 'ids' (expected a Lua table or a 1-D tensor of 1-based token ids")
+      "bad argument #1 'ids' (expected a Lua table or a 1-D float32 tensor of 1-based token ids (integers from 1 to "
+      .. "2^24, as tok:encode gives), got attn.Tensor of shape [2, 5])")
+    error_matching(function() attn.data.GPTDataset(attn.ones(5):gt(0), 1, 1) end,
+      "got attn.Tensor of shape [5], bool)")
     error_matching(function() attn.data.GPTDataset("some text", 1, 1) end, "got string)")
   end)
 end)

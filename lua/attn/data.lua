@@ -37,9 +37,9 @@ end
 local function ids_tensor(fname, ids)
   local expected = "1-based token ids (integers from 1 to 2^24, as tok:encode gives)"
   if argcheck.is_tensor(ids) then
-    if ids:dim() ~= 1 then
-      argcheck.arg_error(fname, 1, "ids", "a Lua table or a 1-D tensor of " .. expected,
-        "attn.Tensor of shape " .. argcheck.shape(ids))
+    if ids:dim() ~= 1 or ids.dtype ~= "float32" then
+      argcheck.arg_error(fname, 1, "ids", "a Lua table or a 1-D float32 tensor of " .. expected,
+        ("attn.Tensor of shape %s%s"):format(argcheck.shape(ids), ids.dtype ~= "float32" and (", " .. ids.dtype) or ""))
     end
     local t = ids:clone()
     if t:numel() > 0 then
