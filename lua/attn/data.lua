@@ -260,9 +260,10 @@ function DataLoader.iter(...)
     if count < batch_size and not exhausted then
       -- the batch sampler asks for one index past the end: RandomSampler's
       -- last line then runs torch.randperm(n)[:0], which draws n - 1 numbers
-      -- from the generator for nothing (seen only on the loader's own one)
+      -- from the generator for nothing (seen only on the loader's own one,
+      -- so skipped on the epoch's throwaway generator)
       exhausted = true
-      if loader.shuffle then generator.randperm(sampler_g, n) end
+      if loader.shuffle and loader.generator then generator.randperm(sampler_g, n) end
     end
     if count <= 0 or (drop_last and count < batch_size) then
       pos = n
