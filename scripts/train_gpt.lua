@@ -1,8 +1,9 @@
--- Train the book's GPTModel (attn.nn.GPTModel) on English text, byte by byte.
+-- Train the book's GPTModel (attn.nn.GPTModel) on English text, byte by byte
+-- or on GPT-2's BPE tokens.
 --
 --   scripts/attn-lua scripts/train_gpt.lua [--config NAME[,key=value...]] [--steps N] [--batch N]
---       [--lr X] [--seed N] [--threads N] [--text FILE] [--checkpoint PATH [--resume]]
---       [--plot FILE.svg] [--eval-every N] [--sample N] [--report-memory]
+--       [--lr X] [--seed N] [--threads N] [--text FILE] [--tokenizer bytes|gpt2]
+--       [--checkpoint PATH [--resume]] [--plot FILE.svg] [--eval-every N] [--sample N] [--report-memory]
 --
 -- The text: by default the licence texts of Debian's base-files
 -- (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, Apache-2.0, MPL-2.0,
@@ -12,7 +13,17 @@
 -- trains on any other file. Tokens are bytes (vocab 256, id = byte + 1); the
 -- last 10% is held out for the validation loss.
 --
--- Each step: a batch of `batch` windows of context_length bytes at offsets
+-- --tokenizer gpt2: tokens are GPT-2's BPE ids (attn.tokenizer.gpt2, vocab
+-- 50257), and batches come as the book's chapter 5 takes them: the training
+-- tokens cut by attn.data.GPTDataset into windows of context_length with
+-- stride context_length, through attn.data.DataLoader (shuffle, drop_last)
+-- on a generator of its own seeded with --seed, epoch after epoch; the
+-- validation loss is taken on the held-out tokens' first windows (up to 16).
+-- The model is then the small config gpt2 (context 32, emb 64, 2 layers)
+-- and the batch 8 unless --config and --batch say otherwise; a named config
+-- takes vocab 50257.
+--
+-- Each step (bytes): a batch of `batch` windows of context_length bytes at offsets
 -- drawn from attn's generator, cross entropy of the next byte, backward,
 -- clip_grad_norm_(1.0), AdamW (weight_decay 0.1). Every --eval-every steps:
 -- the validation loss over fixed windows (no random draws, so a resumed run
@@ -48,6 +59,11 @@ local CONFIGS = {
   -- the bench case train_gpt (api.md section 5)
   bench = {vocab_size = 256, context_length = 128, emb_dim = 128, n_heads = 4, n_layers = 4, drop_rate = 0,
            qkv_bias = false},
+  -- --tokenizer gpt2's default: the 50257-row embedding and output head make
+  -- most of its 6.5 M parameters, the [batch x 32, 50257] logits most of a
+  -- step's memory (batch 8: 51 MiB each)
+  gpt2 = {vocab_size = 50257, context_length = 32, emb_dim = 64, n_heads = 2, n_layers = 2, drop_rate = 0,
+          qkv_bias = false},
 }
 local DEFAULT_TEXTS = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"}
 
@@ -58,7 +74,7 @@ end
 
 -- ---- options ----------------------------------------------------------------
 local opts = {config = "default", steps = 1000, batch = 16, lr = 3e-3, seed = 123, threads = nil, text = nil,
-              checkpoint = nil, resume = false, plot = nil, eval_every = 100, sample = 300}
+              tokenizer = "bytes", checkpoint = nil, resume = false, plot = nil, eval_every = 100, sample = 300}
 local raw_args = {}
 local given = {} -- the options given on the command line, by key (lr, seed, ...)
 do
@@ -73,7 +89,8 @@ do
       opts.resume = true
     elseif name == "report-memory" then
       opts.report_memory = true
-    elseif name == "config" or name == "text" or name == "checkpoint" or name == "plot" or numeric[name] then
+    elseif name == "config" or name == "text" or name == "tokenizer" or name == "checkpoint" or name == "plot"
+        or numeric[name] then
       local v = arg[i + 1]
       if v == nil then die("option --" .. name .. " needs a value") end
       raw_args[#raw_args + 1] = a
@@ -105,6 +122,14 @@ if not (opts.lr >= 0) then die("--lr: expected a learning rate >= 0, got " .. to
 if opts.eval_every < 1 then die("--eval-every: expected at least 1, got " .. opts.eval_every) end
 if opts.sample < 0 then die("--sample: expected at least 0, got " .. opts.sample) end
 if opts.resume and not opts.checkpoint then die("--resume needs --checkpoint PATH") end
+if opts.tokenizer ~= "bytes" and opts.tokenizer ~= "gpt2" then
+  die("--tokenizer: expected bytes or gpt2, got '" .. opts.tokenizer .. "'")
+end
+local bpe = opts.tokenizer == "gpt2"
+if bpe then
+  if not given.config then opts.config = "gpt2" end
+  if not given.batch then opts.batch = 8 end
+end
 
 -- threads: OpenMP and OpenBLAS read them at start, so run again with OMP_NUM_THREADS set
 if opts.threads then
@@ -125,13 +150,14 @@ local cfg = {}
 do
   local parts = {}
   for p in (opts.config .. ","):gmatch("([^,]*),") do parts[#parts + 1] = p end
-  local base = CONFIGS.default
+  local base = bpe and CONFIGS.gpt2 or CONFIGS.default
   if parts[1] ~= "" and not parts[1]:find("=", 1, true) then
     base = CONFIGS[parts[1]]
-    if not base then die("--config: unknown config '" .. parts[1] .. "' (known: bench, default, tiny)") end
+    if not base then die("--config: unknown config '" .. parts[1] .. "' (known: bench, default, gpt2, tiny)") end
     table.remove(parts, 1)
   end
   for k, v in pairs(base) do cfg[k] = v end
+  if bpe then cfg.vocab_size = 50257 end
   for _, p in ipairs(parts) do
     local k, v = p:match("^([%w_]+)=(.+)$")
     if not k or cfg[k] == nil then die("--config: bad entry '" .. p .. "' (expected key=value with a key of the GPT config)") end
@@ -142,7 +168,14 @@ do
       cfg[k] = tonumber(v) or die("--config: " .. k .. " must be a number, got '" .. v .. "'")
     end
   end
-  if cfg.vocab_size ~= 256 then die("--config: vocab_size must be 256 (byte-level tokens), got " .. cfg.vocab_size) end
+  if bpe then
+    if cfg.vocab_size ~= 50257 then
+      die("--config: vocab_size must be 50257 (GPT-2's BPE tokens, --tokenizer gpt2), got " .. cfg.vocab_size)
+    end
+  elseif cfg.vocab_size ~= 256 then
+    die("--config: vocab_size must be 256 (byte-level tokens; --tokenizer gpt2 for GPT-2's 50257), got "
+      .. cfg.vocab_size)
+  end
 end
 
 -- ---- the text ---------------------------------------------------------------
@@ -164,18 +197,43 @@ else
   source = "/usr/share/common-licenses/{" .. table.concat(DEFAULT_TEXTS, ",") .. "}"
 end
 local T = cfg.context_length
-local n_val = math.max(T + 2, #text // 10)
-if #text - n_val < T + 2 then
-  die(("the text has %d bytes: too short for context_length %d plus a held-out tenth"):format(#text, T))
+local unit = bpe and "token" or "byte"
+-- --tokenizer gpt2: the text's BPE ids (1-based), and the tokenizer to decode the sample
+local tok, ids
+if bpe then
+  local ok, t = pcall(attn.tokenizer.gpt2)
+  if not ok then die(tostring(t)) end
+  tok = t
+  -- the book's chapter 2 lets <|endoftext|> in the text be the one special token
+  local ok_enc, e = pcall(tok.encode, tok, text, {allowed_special = {"<|endoftext|>"}})
+  if not ok_enc then die(("%s: %s"):format(source, tostring(e))) end
+  ids = e
 end
-local train_text, val_text = text:sub(1, #text - n_val), text:sub(#text - n_val + 1)
+local n_tokens = bpe and #ids or #text
+local n_val = math.max(T + 2, n_tokens // 10)
+if n_tokens - n_val < T + 2 then
+  die(("the text has %d %ss: too short for context_length %d plus a held-out tenth"):format(n_tokens, unit, T))
+end
+local train_text, val_text, train_ids, val_ids
+if not bpe then
+  train_text, val_text = text:sub(1, #text - n_val), text:sub(#text - n_val + 1)
+else
+  train_ids, val_ids = table.move(ids, 1, n_tokens - n_val, 1, {}), table.move(ids, n_tokens - n_val + 1, n_tokens, 1, {})
+end
 
--- entropy in nats of the byte frequencies of s: the loss of the best model that ignores context
+-- entropy in nats of the token frequencies (bytes of a string, or a list of
+-- ids): the loss of the best model that ignores context
 local function unigram_entropy(s)
-  local counts = {}
-  for i = 1, #s do local b = s:byte(i); counts[b] = (counts[b] or 0) + 1 end
+  local counts, n = {}, 0
+  if type(s) == "string" then
+    for i = 1, #s do local b = s:byte(i); counts[b] = (counts[b] or 0) + 1 end
+    n = #s
+  else
+    for _, id in ipairs(s) do counts[id] = (counts[id] or 0) + 1 end
+    n = #s
+  end
   local h = 0
-  for _, c in pairs(counts) do local p = c / #s; h = h - p * math.log(p) end
+  for _, c in pairs(counts) do local p = c / n; h = h - p * math.log(p) end
   return h
 end
 
@@ -197,6 +255,32 @@ local function random_batch(s, batch)
   return windows(s, offsets)
 end
 
+-- the next training batch: bytes at random offsets, or (--tokenizer gpt2)
+-- the book's chapter 5 loader's next batch, a new epoch when one runs out
+local next_batch = function() return random_batch(train_text, opts.batch) end
+local train_ds, train_loader, val_ds
+if bpe then
+  train_ds = attn.data.GPTDataset(train_ids, T, T)
+  val_ds = attn.data.GPTDataset(val_ids, T, T)
+  -- a generator of its own: the global one's draws (weights, dropout) stay
+  -- what they are with bytes, and a resumed run replays the order from --seed
+  train_loader = attn.data.DataLoader(train_ds, {batch_size = opts.batch, shuffle = true, drop_last = true,
+                                                 generator = attn.Generator():manual_seed(opts.seed)})
+  if #train_loader == 0 then
+    die(("the text's %d training tokens make %d windows of context_length %d: fewer than one batch of %d (a longer "
+      .. "text or a smaller --batch)"):format(#train_ids, #train_ds, T, opts.batch))
+  end
+  local epoch
+  next_batch = function()
+    if epoch then
+      local x, y = epoch()
+      if x then return x, y end
+    end
+    epoch = train_loader:iter()
+    return epoch()
+  end
+end
+
 -- ---- model, optimizer, loss ---------------------------------------------------
 -- the process before training: the interpreter, the libraries and the text
 -- (--report-memory reports the peak RSS above it as the training's own)
@@ -214,18 +298,31 @@ local function loss_of(x, y)
   return F.cross_entropy(logits:view(n, cfg.vocab_size), y:reshape(n))
 end
 
--- validation: up to 16 windows of batch rows at evenly spaced offsets of the held-out text
+-- validation: up to 16 windows, in batches of batch rows: at evenly spaced
+-- offsets of the held-out text, or (--tokenizer gpt2) the held-out tokens'
+-- first GPTDataset windows
 local function validation_loss()
-  local span = #val_text - T - 1
-  local count = math.max(1, math.min(16, span // T))
-  local offsets = {}
-  for i = 1, count do offsets[i] = (i - 1) * span // count end
+  local count, batch_of
+  if bpe then
+    count = math.min(16, #val_ds)
+    batch_of = function(first, last)
+      local xs, ys = {}, {}
+      for k = first, last do xs[#xs + 1], ys[#ys + 1] = val_ds:get(k) end
+      return attn.stack(xs, 1), attn.stack(ys, 1)
+    end
+  else
+    local span = #val_text - T - 1
+    count = math.max(1, math.min(16, span // T))
+    local offsets = {}
+    for i = 1, count do offsets[i] = (i - 1) * span // count end
+    batch_of = function(first, last) return windows(val_text, table.move(offsets, first, last, 1, {})) end
+  end
   model:eval()
   local total = 0
   attn.no_grad(function()
     for first = 1, count, opts.batch do
-      local chunk = table.move(offsets, first, math.min(count, first + opts.batch - 1), 1, {})
-      total = total + loss_of(windows(val_text, chunk)):item() * #chunk
+      local last = math.min(count, first + opts.batch - 1)
+      total = total + loss_of(batch_of(first, last)):item() * (last - first + 1)
       collectgarbage() -- the chunk's activations (nothing records them) before the next chunk's
     end
   end)
@@ -235,7 +332,14 @@ end
 
 local n_params = 0
 for _, p in ipairs(model:parameters()) do n_params = n_params + p:numel() end
-print(("text: %s, %d bytes (%d train, %d held out)"):format(source, #text, #train_text, #val_text))
+if bpe then
+  print(("text: %s, %d bytes, %d GPT-2 BPE tokens (%d train, %d held out)"):format(source, #text, n_tokens,
+    #train_ids, #val_ids))
+  print(("data: attn.data.GPTDataset, %d windows of %d tokens (stride %d); attn.data.DataLoader, %d batches of %d an "
+    .. "epoch (shuffle, drop_last)"):format(#train_ds, T, T, #train_loader, opts.batch))
+else
+  print(("text: %s, %d bytes (%d train, %d held out)"):format(source, #text, #train_text, #val_text))
+end
 print(("model: GPTModel{context_length = %d, emb_dim = %d, n_heads = %d, n_layers = %d, drop_rate = %s}, %d parameters"):format(
   cfg.context_length, cfg.emb_dim, cfg.n_heads, cfg.n_layers, tostring(cfg.drop_rate), n_params))
 
@@ -341,12 +445,15 @@ local function memory_need(batch)
 end
 
 -- ---- training ------------------------------------------------------------------
-local entropy = unigram_entropy(text)
+local entropy = unigram_entropy(bpe and ids or text)
+-- a resumed run takes up the loader where the straight run was: the batches
+-- before its step again (their order comes from --seed alone)
+if bpe then for _ = 1, start - 1 do next_batch() end end
 local progress = attn.progress(math.max(1, opts.steps - start + 1), "train")
 local t0 = attn.clock()
 local tokens = 0
 for step = start, opts.steps do
-  local x, y = random_batch(train_text, opts.batch)
+  local x, y = next_batch()
   local loss = loss_of(x, y)
   -- a full collection (about 0.1 ms: the Lua heap holds few objects, the
   -- tensors' bytes are userdata) before the backward and after the step frees
@@ -377,8 +484,8 @@ progress:done()
 local seconds = attn.clock() - t0
 
 local final_val = history.val[#history.val]
-print(("unigram entropy of the text: %.4f nats/byte; final validation loss: %.4f nats/byte (%.0f%% of it)"):format(
-  entropy, final_val or 0 / 0, 100 * (final_val or 0 / 0) / entropy))
+print(("unigram entropy of the text: %.4f nats/%s; final validation loss: %.4f nats/%s (%.0f%% of it)"):format(
+  entropy, unit, final_val or 0 / 0, unit, 100 * (final_val or 0 / 0) / entropy))
 if start <= opts.steps then
   print(("%d steps in %.1f s: %.0f tokens/s"):format(opts.steps - start + 1, seconds, tokens / seconds))
 end
@@ -404,19 +511,30 @@ if opts.plot then
     {label = "train loss", x = train_x, y = train_y},
     {label = "validation loss", x = history.val_steps, y = history.val},
     {label = "unigram entropy", x = {1, opts.steps}, y = {entropy, entropy}},
-  }, {file = opts.plot, title = ("GPTModel on %d bytes of English, byte tokens"):format(#text),
-      xlabel = "step", ylabel = "cross entropy (nats/byte)"})
+  }, {file = opts.plot, title = ("GPTModel on %d %ss of English, %s tokens"):format(n_tokens, unit,
+        bpe and "GPT-2 BPE" or "byte"),
+      xlabel = "step", ylabel = ("cross entropy (nats/%s)"):format(unit)})
   print("loss curve: " .. opts.plot)
 end
 
 if opts.sample > 0 then
   model:eval()
-  local prompt_text = "The "
+  local prompt_text = bpe and "The" or "The "
   local prompt = {}
-  for i = 1, #prompt_text do prompt[i] = prompt_text:byte(i) + 1 end
+  if bpe then
+    prompt = tok:encode(prompt_text)
+  else
+    for i = 1, #prompt_text do prompt[i] = prompt_text:byte(i) + 1 end
+  end
   local out = attn.generate(model, attn.tensor({prompt}), opts.sample, {temperature = 0.8, top_k = 40})
-  local bytes = {}
-  for i, id in ipairs(out:totable()[1]) do bytes[i] = string.char(math.tointeger(id) - 1) end
+  local sampled = {}
+  for i, id in ipairs(out:totable()[1]) do sampled[i] = math.tointeger(id) end
   print("sample (temperature 0.8, top_k 40):")
-  print(table.concat(bytes))
+  if bpe then
+    print(tok:decode(sampled))
+  else
+    local bytes = {}
+    for i, id in ipairs(sampled) do bytes[i] = string.char(id - 1) end
+    print(table.concat(bytes))
+  end
 end

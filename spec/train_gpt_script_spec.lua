@@ -110,6 +110,47 @@ describe("scripts/train_gpt.lua", function()
     assert.is_true(names > 10)
   end)
 
+  it("--tokenizer gpt2 trains on GPT-2's BPE tokens through attn.data's dataset and loader", function()
+    local function bpe(extra)
+      return ("--text %s --tokenizer gpt2 --config tiny,context_length=16,emb_dim=16,n_layers=1 --batch 8 "
+        .. "--eval-every 2 %s"):format(text, extra)
+    end
+    -- the windows and batches the script reports, counted here from the text's tokens
+    local n = #attn.tokenizer.gpt2():encode(TEXT)
+    local n_val = math.max(18, n // 10)
+    local windows = (n - n_val - 16 - 1) // 16 + 1
+    local path = dir .. "/bpe.safetensors"
+    local code, out = run(bpe("--steps 6 --sample 8 --checkpoint " .. path))
+    assert.are.equal(0, code, out)
+    for _, piece in ipairs({
+      ("GPT-2 BPE tokens (%d train, %d held out)"):format(n - n_val, n_val),
+      ("data: attn.data.GPTDataset, %d windows of 16 tokens (stride 16); attn.data.DataLoader, %d batches of 8 an "
+        .. "epoch (shuffle, drop_last)"):format(windows, windows // 8),
+      "step     6  train loss", "nats/token; final validation loss:", "sample (temperature 0.8, top_k 40):\nThe"}) do
+      assert.is_truthy(out:find(piece, 1, true), piece .. " in:\n" .. out)
+    end
+    local tensors = attn.load_safetensors(path)
+    assert.are.same({50257, 16}, tensors["model.tok_emb.weight"]:size())
+    -- resumed at step 4 (in the loader's second epoch: 3 batches each), it ends in the straight run's bits
+    assert.are.equal(3, windows // 8)
+    local resumed = dir .. "/bpe_resumed.safetensors"
+    code, out = run(bpe("--steps 4 --sample 0 --checkpoint " .. resumed))
+    assert.are.equal(0, code, out)
+    code, out = run(bpe("--steps 6 --sample 0 --resume --checkpoint " .. resumed))
+    assert.are.equal(0, code, out)
+    local a, am = attn.load_safetensors(path)
+    local b, bm = attn.load_safetensors(resumed)
+    assert.are.equal(am["extra.train"], bm["extra.train"])
+    for name, t in pairs(a) do assert.is_true(attn.equal(t, b[name]), name) end
+    -- a checkpoint of bytes is one of another config for it
+    local bytes_path = dir .. "/bytes_for_bpe.safetensors"
+    code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. bytes_path))
+    assert.are.equal(0, code, out)
+    code, out = run(bpe("--steps 5 --sample 0 --resume --checkpoint " .. bytes_path))
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("vocab_size = 256 there, 50257 here", 1, true), out)
+  end)
+
   it("refuses a checkpoint of another config", function()
     local path = dir .. "/other.safetensors"
     local code, out = run(tiny("--steps 2 --sample 0 --checkpoint " .. path))
@@ -204,6 +245,11 @@ describe("scripts/train_gpt.lua", function()
       {"--frobnicate", "unknown option --frobnicate"},
       {"--steps", "option --steps needs a value"},
       {"--text /nonexistent/text.txt", "cannot read the text"},
+      {"--tokenizer words", "--tokenizer: expected bytes or gpt2, got 'words'"},
+      {"--tokenizer gpt2 --config tiny,vocab_size=256", "vocab_size must be 50257 (GPT-2's BPE tokens"},
+      {"--config gpt2", "vocab_size must be 256 (byte-level tokens; --tokenizer gpt2 for GPT-2's 50257), got 50257"},
+      {"--tokenizer gpt2 --text spec/fixtures/xml_check.lua --config tiny,context_length=16 --batch 1000",
+       "windows of context_length 16: fewer than one batch of 1000"},
     }) do
       local code, out = run(case[1])
       assert.are.equal(2, code, case[1] .. ": " .. out)

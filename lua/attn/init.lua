@@ -176,6 +176,10 @@ attn.optim = require "attn.optim"
 attn.viz = require "attn.viz"
 --- Text to token ids: `attn.tokenizer.gpt2([dir])` (GPT-2's BPE, tiktoken's ids + 1).
 attn.tokenizer = require "attn.tokenizer"
+--- A random generator of its own, as `torch.Generator()`: `attn.Generator():manual_seed(s)`.
+attn.Generator = require("attn.generator").new
+--- Token windows and batches as the book's chapter 2: `attn.data.GPTDataset`, `attn.data.DataLoader`.
+attn.data = require "attn.data"
 --- Prints the doc of a public function or class:
 -- `attn.help(attn.matmul)`, `attn.help("nn.Linear")`, `attn.help("transpose")` (a
 -- tensor method by its short name); a class or module also lists its methods,

@@ -16,7 +16,7 @@ local MODULE_FILES = {
   "attn", "attn.tools.ldoc_core", "attn.tools.ldoc_tensor", "attn.viz", "attn.format", "attn.tools.progress",
   "attn.tools.repl", "attn.tools.help", "attn.nn", "attn.autograd",
   "attn.nn.functional", "attn.nn.utils", "attn.optim", "attn.optim.Optimizer", "attn.optim.SGD", "attn.optim.Adam",
-  "attn.optim.AdamW", "attn.tokenizer",
+  "attn.optim.AdamW", "attn.tokenizer", "attn.data", "attn.generator",
 }
 
 -- "attn.nn.Linear:forward" and "Tensor:view" are named with dots throughout.
@@ -306,7 +306,7 @@ local function public_tables()
   return {
     { "attn", attn }, { "attn.nn", nn }, { "attn.viz", attn.viz }, { "attn.Tensor", attn.Tensor },
     { "attn.block_mask", attn.block_mask }, { "attn.tokenizer", attn.tokenizer },
-    { "attn.tokenizer.Tokenizer", attn.tokenizer.Tokenizer },
+    { "attn.tokenizer.Tokenizer", attn.tokenizer.Tokenizer }, { "attn.data", attn.data },
     { "attn.nn.functional", nn.functional }, { "attn.nn.utils", nn.utils }, { "attn.optim", attn.optim },
   }
 end
