@@ -254,6 +254,13 @@ static int l_is_initialized(lua_State *L) {
   return 1;
 }
 
+static int l_is_finalized(lua_State *L) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  lua_pushboolean(L, fin);
+  return 1;
+}
+
 static int l_finalize(lua_State *L) {
   finalize_now(L);
   return 0;
@@ -575,7 +582,7 @@ __attribute__((visibility("default"))) int luaopen_attn_dist_core(lua_State *L) 
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
       {"init", l_init},           {"is_initialized", l_is_initialized},
-      {"finalize", l_finalize},   {"abort", l_abort},
+      {"finalize", l_finalize},   {"is_finalized", l_is_finalized}, {"abort", l_abort},
       {"rank", l_rank},           {"world_size", l_world_size},
       {"barrier", l_barrier},     {"all_reduce", l_all_reduce},
       {"broadcast", l_broadcast}, {"all_gather", l_all_gather},

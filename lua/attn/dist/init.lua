@@ -59,7 +59,9 @@ local function check_tag(fname, tag, argn)
 end
 
 local function running(fname)
-  if not core.is_initialized() then fail(fname, "call dist.init() first") end
+  if not core.is_initialized() then
+    fail(fname, core.is_finalized() and "called after dist.finalize()" or "call dist.init() first")
+  end
 end
 
 -- Write buf (a contiguous copy) back into the strided t; outside autograd,
