@@ -195,6 +195,7 @@ UBSAN_OPTS = print_stacktrace=1:halt_on_error=1
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 asan: have-deps
 	@$(MAKE) -s BUILD=$(ASAN_BUILD) CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" $(ASAN_BUILD)/attn/core.so \
+	  $(if $(MPI_LIBS),$(ASAN_BUILD)/attn/dist_core.so) \
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%) $(DATASRC:data/%=$(ASAN_BUILD)/attn/data/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \
