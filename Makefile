@@ -159,6 +159,7 @@ LAUNCHERS = attn-lua attn-busted
 install: $(SO) $(DIST_SO) $(LUAOUT) $(DATAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
+	$(if $(DIST_SO),install -m 755 $(DIST_SO) $(DESTDIR)$(INST_LIBDIR)/attn/dist_core.so)
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
 	for f in $(DATASRC); do install -D -m 644 $$f $(DESTDIR)$(INST_LUADIR)/attn/$$f || exit 1; done
 	@mkdir -p $(BUILD)/bin
