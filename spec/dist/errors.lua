@@ -45,6 +45,24 @@ elseif r == 2 then
     "the receiving tensor is [6]"}, req.wait, req)
 end
 
+-- bool tensors: reduced by max / min only, gathered as bool, and a bool
+-- tensor receives only what a bool tensor sent
+raises("all_reduce: a bool tensor summed", {"dist.all_reduce: bad argument #1 't'", "bool", "'sum'"},
+  dist.all_reduce, attn.tensor({1, 0}):bool())
+local flags = attn.tensor({r == 1 and 1 or 0, 1}):bool()
+dist.all_reduce(flags, "max")
+check.close("all_reduce max of bool tensors", flags, attn.tensor({1, 1}):bool(), 0)
+local gb = dist.all_gather(attn.tensor({1, 0}):bool())
+check.report("all_gather of a bool tensor is bool", gb.dtype == "bool", gb.dtype)
+raises("broadcast: a bool tensor on one rank, a float one on another", {"dist.broadcast: tensor kinds differ"},
+  dist.broadcast, r == 1 and attn.zeros(2):bool() or attn.zeros(2), 1)
+if r == 1 then
+  dist.send(attn.full({2}, 0.5), 2)
+elseif r == 2 then
+  raises("recv: floats into a bool tensor", {"dist.recv: rank 1 sent a float tensor, the receiving tensor is a bool one"},
+    dist.recv, attn.zeros(2):bool(), 1)
+end
+
 -- bad arguments, the same on every rank
 raises("all_reduce: not a tensor", {"dist.all_reduce: bad argument #1 't' (expected attn.Tensor, got nil)"},
   dist.all_reduce, nil)

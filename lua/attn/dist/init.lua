@@ -151,6 +151,7 @@ function M.all_gather(t)
   table.insert(shape, 1, core.world_size())
   local out = attn.empty(shape)
   core.all_gather(t:contiguous(), out)
+  if t.dtype == "bool" then out = out:bool() end -- the gathered 0/1 values, of t's kind
   return out
 end
 
