@@ -21,7 +21,6 @@ end
 local attn = require "attn"
 local argcheck = require "attn.argcheck"
 
-local is_tensor = argcheck.is_tensor
 local fail = argcheck.fail
 
 local M = {}
@@ -253,8 +252,8 @@ end
 --- dist.DistributedDataParallel(model[, {bucket_mb = 25}]): see attn.dist.ddp.
 M.DistributedDataParallel = require("attn.dist.ddp")(M)
 
+--- The class of the requests dist.isend and dist.irecv return (req:wait(), req:test()).
 M.Request = Request
 M._core = core
-M.is_tensor = is_tensor
 
 return M
