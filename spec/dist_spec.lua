@@ -145,6 +145,21 @@ describe("attn.dist without mpirun", function()
     assert.is_not_nil(out:find("openmpi-bin", 1, true), out)
   end)
 
+  it("make without Open MPI plans everything but dist_core.so; with it, dist_core.so too", function()
+    local function plan(vars)
+      local p = assert(io.popen("env -u LD_PRELOAD make -n BUILD=/nonexistent/attn-plan " .. vars .. " all 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    local without = plan("MPI_LIBS= MPI_CFLAGS=")
+    assert.is_truthy(without:find("/nonexistent/attn-plan/attn/core.so", 1, true), without)
+    assert.is_falsy(without:find("dist_core", 1, true), without)
+    need_mpi()
+    local with = plan("")
+    assert.is_truthy(with:find("-o /nonexistent/attn-plan/attn/dist_core.so", 1, true), with)
+  end)
+
   it("a call before dist.init() says to call it", function()
     need_mpi()
     local p = assert(io.popen("scripts/attn-lua -e " .. sh_quote(
