@@ -154,8 +154,6 @@ function M.all_gather(t)
   return out
 end
 
---- Send t to rank dst (blocking: returns when t may be changed again).
--- tag (an integer >= 0, default 0) tells messages between the same ranks apart.
 -- A blocking send or receive with this rank itself would wait forever
 -- (PyTorch 1.13's send refuses it the same way).
 local function check_not_self(fname, r, argn, what)
@@ -166,6 +164,8 @@ local function check_not_self(fname, r, argn, what)
   return r
 end
 
+--- Send t to rank dst (blocking: returns when t may be changed again).
+-- tag (an integer >= 0, default 0) tells messages between the same ranks apart.
 function M.send(t, dst, tag)
   local fname = "dist.send"
   running(fname)
