@@ -173,6 +173,17 @@ describe("attn.dist without mpirun", function()
     assert.is_truthy(out:find("--np expects an integer >= 1", 1, true), out)
   end)
 
+  it("dist_core.so exports luaopen_attn_dist_core alone", function()
+    need_mpi()
+    local p = assert(io.popen("env -u LD_PRELOAD nm -D --defined-only " .. sh_quote(build .. "/attn/dist_core.so")
+      .. " 2>&1"))
+    local out = p:read("a")
+    p:close()
+    local names = {}
+    for name in out:gmatch("%x+ [A-Z] ([%w_]+)") do names[#names + 1] = name end
+    assert.are.same({"luaopen_attn_dist_core"}, names)
+  end)
+
   it("a call before dist.init() says to call it", function()
     need_mpi()
     local p = assert(io.popen("scripts/attn-lua -e " .. sh_quote(
