@@ -17,8 +17,8 @@ local function need_mpi()
     .. "('make deps' does), then run 'make'")
 end
 
--- Shared memory only (no network probing), no binding to the 2 cores, one
--- thread per rank. make asan's preload stays away from mpirun itself and goes
+-- Shared memory only (no network probing; no cross-memory attach, which
+-- containers often forbid), no binding to the 2 cores, one thread per rank. make asan's preload stays away from mpirun itself and goes
 -- to the ranks (-x), without the leak check there, which would report Open
 -- MPI's own allocations.
 local preload = os.getenv("LD_PRELOAD")
@@ -27,7 +27,7 @@ if preload and preload ~= "" then
   SANITIZED_RANKS = (" -x LD_PRELOAD=%s -x ASAN_OPTIONS=%s -x UBSAN_OPTIONS=%s"):format(sh_quote(preload),
     sh_quote((os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"), sh_quote(os.getenv("UBSAN_OPTIONS") or ""))
 end
-local MPIRUN = "env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader "
+local MPIRUN = "env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
   .. "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none" .. SANITIZED_RANKS .. " -np "
 
 -- exit status, combined output and seconds of an mpirun of the script with args
