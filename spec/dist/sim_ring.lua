@@ -1,7 +1,7 @@
 -- A simulated ring of P ranks in one Lua process, for the ring attention's
 -- specs without MPI: each rank is a coroutine with a communicator of its own;
--- a message is a copy queued from sender to receiver (FIFO per pair, as MPI
--- matches one tag), a receive waits (yields) until its message is there, and
+-- a message is a copy queued from sender to receiver (FIFO per pair and tag,
+-- as MPI matches them), a receive waits (yields) until its message is there, and
 -- all_gather waits for every rank. run() steps the ranks round-robin and
 -- reports a deadlock (every live rank waiting and nothing arriving).
 local attn = require "attn"
@@ -13,10 +13,10 @@ local function sizes_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" en
 --- Run fn(comm, rank) on P simulated ranks; returns the list of each rank's
 -- results (packed), or raises the first rank's error (prefixed by its rank).
 function S.run(P, fn)
-  local queues = {} -- queues[src][dst] = list of tensors
+  local queues = {} -- queues[src][dst][tag] = list of tensors
   for a = 1, P do
     queues[a] = {}
-    for b = 1, P do queues[a][b] = {} end
+    for b = 1, P do queues[a][b] = setmetatable({}, { __index = function(q, tag) q[tag] = {} return q[tag] end }) end
   end
   local gathers, gather_round = {}, {}
   local moved = false -- any message or gather progress in this round
@@ -25,20 +25,20 @@ function S.run(P, fn)
     local comm = {}
     function comm.rank() return r end
     function comm.world_size() return P end
-    function comm.isend(t, dst)
-      table.insert(queues[r][dst], t:clone())
+    function comm.isend(t, dst, tag)
+      table.insert(queues[r][dst][tag or 0], t:clone())
       moved = true
       return { wait = function() end }
     end
-    function comm.irecv(t, src)
+    function comm.irecv(t, src, tag)
       local done = false
       return { wait = function()
         if done then return end
-        local q = queues[src][r]
+        local q = queues[src][r][tag or 0]
         while #q == 0 do coroutine.yield() end
         local m = table.remove(q, 1)
         moved = true
-        if not m:size() or sizes_str(m) ~= sizes_str(t) then
+        if sizes_str(m) ~= sizes_str(t) then
           error(("simulated recv on rank %d from %d: message %s into buffer %s"):format(r, src, sizes_str(m),
             sizes_str(t)), 0)
         end
@@ -46,8 +46,8 @@ function S.run(P, fn)
         done = true
       end }
     end
-    function comm.send(t, dst) comm.isend(t, dst):wait() end
-    function comm.recv(t, src) comm.irecv(t, src):wait() end
+    function comm.send(t, dst, tag) comm.isend(t, dst, tag):wait() end
+    function comm.recv(t, src, tag) comm.irecv(t, src, tag):wait() end
     function comm.all_gather(t)
       local round = (gather_round[r] or 0) + 1
       gather_round[r] = round

@@ -8,11 +8,11 @@
 -- The ring logic is written against a communicator, so that it runs over MPI
 -- (`attn.dist`) and over a simulated ring in one process (the specs):
 --   comm.rank() (1-based), comm.world_size(),
---   comm.isend(t, dst) -> req, comm.irecv(t, src) -> req, req:wait(),
---   comm.all_gather(t) -> [world, ...].
--- Messages between two ranks are matched in the order they are posted (MPI's
--- non-overtaking rule for one tag), so every rank posts its receives in the
--- order its left neighbour posts the matching sends.
+--   comm.isend(t, dst, tag) -> req, comm.irecv(t, src, tag) -> req,
+--   req:wait(), comm.all_gather(t) -> [world, ...].
+-- K, V, dK and dV travel on tags of their own; on one tag, messages between
+-- two ranks are matched in the order they are posted (MPI's non-overtaking
+-- rule), which is the order of the steps.
 -- @module attn.dist.ring
 local attn = require "attn"
 local core = require "attn.core"
@@ -195,6 +195,8 @@ local function sized(shape, len)
   return s
 end
 
+local TAG_K, TAG_V, TAG_DK, TAG_DV = 1, 2, 3, 4
+
 local function wait_all(reqs)
   for i = 1, #reqs do reqs[i]:wait() end
 end
@@ -208,8 +210,8 @@ local function rotate(plan, j, kc, vc)
   local src = (j - 2) % P + 1
   local nk = attn.empty(plan.kshapes[src])
   local nv = attn.empty(plan.vshapes[src])
-  local reqs = { plan.comm.isend(kc, nxt), plan.comm.isend(vc, nxt), plan.comm.irecv(nk, prv),
-                 plan.comm.irecv(nv, prv) }
+  local reqs = { plan.comm.isend(kc, nxt, TAG_K), plan.comm.isend(vc, nxt, TAG_V), plan.comm.irecv(nk, prv, TAG_K),
+                 plan.comm.irecv(nv, prv, TAG_V) }
   return reqs, nk, nv
 end
 
@@ -276,12 +278,11 @@ local function backward(plan, q, k, v, out, lse, dout)
   local dk_own, dv_own
   for s = 0, P - 1 do
     local j = (r - 1 - s) % P + 1
-    -- the dK/dV of chunk j so far, from the previous rank (posted before the
-    -- next K/V: the previous rank sent them before it sent that)
+    -- the dK/dV of chunk j so far, from the previous rank
     local acc_reqs, dk_in, dv_in
     if s > 0 then
       dk_in, dv_in = attn.empty(plan.kshapes[j]), attn.empty(plan.vshapes[j])
-      acc_reqs = { comm.irecv(dk_in, prv), comm.irecv(dv_in, prv) }
+      acc_reqs = { comm.irecv(dk_in, prv, TAG_DK), comm.irecv(dv_in, prv, TAG_DV) }
     end
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
@@ -302,12 +303,12 @@ local function backward(plan, q, k, v, out, lse, dout)
       dv:add_(dv_in)
     end
     wait_all(sends) -- the previous step's accumulators have left: their buffers may go
-    sends = { comm.isend(dk, nxt), comm.isend(dv, nxt) }
+    sends = { comm.isend(dk, nxt, TAG_DK), comm.isend(dv, nxt, TAG_DV) }
     if reqs then wait_all(reqs); kc, vc = nk, nv end
   end
   -- the last hop brings each chunk's finished dK/dV home
   dk_own, dv_own = attn.empty(plan.kshapes[r]), attn.empty(plan.vshapes[r])
-  wait_all{ comm.irecv(dk_own, prv), comm.irecv(dv_own, prv) }
+  wait_all{ comm.irecv(dk_own, prv, TAG_DK), comm.irecv(dv_own, prv, TAG_DV) }
   wait_all(sends)
   return dq, dk_own, dv_own
 end
@@ -462,6 +463,15 @@ function M.new(comm)
   return R
 end
 
-M._blocks = blocks -- for the specs: the schedule of a plan
+--- Put ring_attention, zigzag_split and zigzag_merge into the module table
+-- `dist` (attn.dist), which is their communicator.
+-- @param dist the attn.dist table
+function M.install(dist)
+  local R = M.new(dist)
+  dist.ring_attention, dist.zigzag_split, dist.zigzag_merge = R.ring_attention, R.zigzag_split, R.zigzag_merge
+end
+
+-- for the specs: the schedule of a plan, and the merge
+M._blocks, M._merge_into = blocks, merge_into
 
 return M
