@@ -68,10 +68,17 @@ SO   := $(BUILD)/attn/core.so
 DATASRC := $(wildcard data/gpt2/*)
 DATAOUT := $(DATASRC:data/%=$(BUILD)/attn/data/%)
 
-PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make
+PACKAGES = lua5.4 liblua5.4-dev libopenblas-openmp-dev lua-busted lua-readline gcc make libopenmpi-dev openmpi-bin
+
+# attn.dist (src/dist/): a module of its own, compiled with Open MPI's flags
+# (mpicc's, else pkg-config's ompi), so that without Open MPI everything else
+# still builds and require "attn.dist" names the packages to install.
+MPI_CFLAGS ?= $(or $(shell mpicc --showme:compile 2>/dev/null),$(shell pkg-config --cflags ompi 2>/dev/null))
+MPI_LIBS   ?= $(or $(shell mpicc --showme:link 2>/dev/null),$(shell pkg-config --libs ompi 2>/dev/null))
+DIST_SO := $(if $(MPI_LIBS),$(BUILD)/attn/dist_core.so)
 
 .PHONY: all test demo install clean deps doc have-deps
-all: $(SO) $(LUAOUT) $(DATAOUT)
+all: $(SO) $(DIST_SO) $(LUAOUT) $(DATAOUT)
 
 # Install missing Debian packages: as root with apt-get, else with sudo, else say which.
 # (With a second architecture added, dpkg -s of a package installed for both
@@ -111,6 +118,11 @@ $(SO): $(BIND_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(BIND_OBJ) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive -o $@ $(ALL_LDFLAGS)
 
+$(BUILD)/attn/dist_core.so: $(wildcard src/dist/*.c) src/core/tensor.h | have-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Isrc/core $(MPI_CFLAGS) \
+	  $(wildcard src/dist/*.c) -o $@ $(LDFLAGS) -shared $(MPI_LIBS)
+
 $(BUILD)/%.lua: lua/%.lua
 	@mkdir -p $(dir $@)
 	cp $< $@
@@ -144,7 +156,7 @@ demo: deps
 # they work from any directory: $(INST_BINDIR)/attn-lua (scripts and the REPL)
 # and $(INST_BINDIR)/attn-busted (busted on a user's own specs).
 LAUNCHERS = attn-lua attn-busted
-install: $(SO) $(LUAOUT) $(DATAOUT)
+install: $(SO) $(DIST_SO) $(LUAOUT) $(DATAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
