@@ -251,4 +251,7 @@ M.Request = Request
 M._core = core
 M.is_tensor = is_tensor
 
+-- dist.ring_attention, dist.zigzag_split, dist.zigzag_merge (attn.dist.ring)
+require("attn.dist.ring").install(M)
+
 return M

@@ -25,7 +25,7 @@ local NEG_INF = -math.huge
 
 local M = {}
 
-local FN = "attn.dist.ring_attention"
+local FN = "dist.ring_attention"
 
 local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
 
@@ -414,7 +414,7 @@ function M.new(comm)
   --- This rank's part of a whole tensor in the zigzag layout: chunks r and
   -- 2P + 1 - r of 2P along dim, concatenated.
   function R.zigzag_split(x, dim)
-    local fname = "attn.dist.zigzag_split"
+    local fname = "dist.zigzag_split"
     dim = split_dim(x, dim, fname, "x")
     local P, r = comm.world_size(), comm.rank()
     local n = x:size(dim)
@@ -429,7 +429,7 @@ function M.new(comm)
   --- The whole tensor from every rank's zigzag part: parts is a tensor [P,
   -- ...] (as all_gather gives) or a list of P tensors; dim is a dim of a part.
   function R.zigzag_merge(parts, dim)
-    local fname = "attn.dist.zigzag_merge"
+    local fname = "dist.zigzag_merge"
     local P = comm.world_size()
     local list
     if is_tensor(parts) then
