@@ -99,6 +99,17 @@ describe("ring attention's errors", function()
       { scale = r == 1 and 0.5 or nil }) end, "ranks disagree on scale")
   end)
 
+  it("a call recorded for backward on some ranks only is refused (its backward would wait forever)", function()
+    fails(2, function(R, r)
+      return R.ring_attention(attn.randn(4, 8):requires_grad_(r == 1), attn.randn(4, 8), attn.randn(4, 8))
+    end, "ranks disagree on autograd: rank 2 does not record it, rank 1 records it for backward")
+    fails(2, function(R, r)
+      local q, k, v = attn.randn(4, 8), attn.randn(4, 8):requires_grad_(), attn.randn(4, 8)
+      if r == 2 then return attn.no_grad(R.ring_attention, q, k, v) end
+      return R.ring_attention(q, k, v)
+    end, "ranks disagree on autograd")
+  end)
+
   it("zigzag chunks of unequal or odd sizes are refused", function()
     fails(2, function(R, r)
       local n = r == 1 and 4 or 6

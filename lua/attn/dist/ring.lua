@@ -93,6 +93,9 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
   row[tail + 1] = causal and 1 or 0
   row[tail + 2] = LAYOUTS[layout]
   row[tail + 3] = scale or -1
+  -- a recorded call's backward is a ring of its own: every rank must record it
+  local records = attn.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+  row[tail + 4] = records and 1 or 0
   local rows = comm.all_gather(attn.tensor(row)):totable()
   local qs, ks, vs = {}, {}, {}
   for j = 1, P do
@@ -111,6 +114,11 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
     if o[tail + 3] ~= attn.tensor{ row[tail + 3] }:totable()[1] then
       fail("ranks disagree on scale (rank %d: %s, rank %d: %s)", r, tostring(scale), j,
         o[tail + 3] == -1 and "nil" or ("%.9g"):format(o[tail + 3]))
+    end
+    if o[tail + 4] ~= row[tail + 4] then
+      local function says(x) return x == 1 and "records it for backward" or "does not record it" end
+      fail("ranks disagree on autograd: rank %d %s, rank %d %s (every rank's backward takes part in the ring: "
+        .. "grad mode and requires_grad of q, k, v must agree)", r, says(row[tail + 4]), j, says(o[tail + 4]))
     end
     for _, t in ipairs{ { "q", qs }, { "k", ks }, { "v", vs } } do
       local name, s = t[1], t[2]
