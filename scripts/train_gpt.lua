@@ -34,6 +34,17 @@
 -- (memory_need below: parameters, gradients, AdamW's two moments, and the
 -- activations a step's backward must keep, counted from the config) against
 -- the process's peak RSS.
+--
+-- Data parallel: under mpirun (mpirun -np P scripts/attn-lua scripts/train_gpt.lua ...)
+-- every rank draws the same global batch of --batch windows and trains on
+-- its share (--batch must divide by P), through
+-- attn.dist.DistributedDataParallel, which averages the gradients: the
+-- gradient of the global batch's mean loss, so the losses are the
+-- single-process run's. The loss shown is the global batch's (the ranks'
+-- mean losses averaged, their shares being equal). Rank 1 alone prints,
+-- evaluates, checkpoints and samples. Threads per rank come from
+-- OMP_NUM_THREADS (mpirun -x OMP_NUM_THREADS=N); --threads cannot re-run
+-- a rank.
 local attn = require "attn"
 local checkpoint = require "attn.checkpoint"
 
@@ -50,6 +61,16 @@ local CONFIGS = {
            qkv_bias = false},
 }
 local DEFAULT_TEXTS = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"}
+
+-- under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE): data parallel
+local dist, rank, world = nil, 1, 1
+if os.getenv("OMPI_COMM_WORLD_SIZE") then
+  dist = require "attn.dist"
+  dist.init()
+  rank, world = dist.rank(), dist.world_size()
+  -- one rank speaks for the job
+  if rank > 1 then print = function() end end -- luacheck: ignore
+end
 
 local function die(msg)
   io.stderr:write("train_gpt.lua: " .. msg .. "\n")
@@ -105,11 +126,19 @@ if not (opts.lr >= 0) then die("--lr: expected a learning rate >= 0, got " .. to
 if opts.eval_every < 1 then die("--eval-every: expected at least 1, got " .. opts.eval_every) end
 if opts.sample < 0 then die("--sample: expected at least 0, got " .. opts.sample) end
 if opts.resume and not opts.checkpoint then die("--resume needs --checkpoint PATH") end
+if opts.batch % world ~= 0 then
+  die(("--batch %d: the global batch must divide by the %d ranks (each trains on an equal share)"):format(
+    opts.batch, world))
+end
 
 -- threads: OpenMP and OpenBLAS read them at start, so run again with OMP_NUM_THREADS set
 if opts.threads then
   if opts.threads < 1 then die("--threads: expected at least 1, got " .. opts.threads) end
   if os.getenv("OMP_NUM_THREADS") ~= tostring(opts.threads) then
+    if dist then
+      die(("--threads %d under mpirun: set the threads of every rank with mpirun -x OMP_NUM_THREADS=%d"):format(
+        opts.threads, opts.threads))
+    end
     local quoted = {}
     for i, v in ipairs(raw_args) do quoted[i] = "'" .. v:gsub("'", "'\\''") .. "'" end
     local launcher = arg[0]:gsub("train_gpt%.lua$", "attn-lua")
@@ -207,9 +236,11 @@ if not ok_model then die(tostring(model)) end
 local ok_opt, opt = pcall(attn.optim.AdamW, model:parameters(), {lr = opts.lr, weight_decay = 0.1})
 if not ok_opt then die(tostring(opt)) end
 local F = attn.nn.functional
+-- the training forward: through the data-parallel wrapper under mpirun
+local train_model = dist and dist.DistributedDataParallel(model) or model
 
-local function loss_of(x, y)
-  local logits = model(x)
+local function loss_of(x, y, net)
+  local logits = (net or model)(x)
   local n = x:size(1) * x:size(2)
   return F.cross_entropy(logits:view(n, cfg.vocab_size), y:reshape(n))
 end
@@ -292,7 +323,7 @@ if opts.resume then
     if saved_step and saved_step >= opts.steps then
       print(("%s is after step %d, %s --steps %d: nothing to train (give --steps above %d to go on)"):format(
         opts.checkpoint, saved_step, saved_step == opts.steps and "which is" or "past", opts.steps, saved_step))
-      os.exit(0)
+      os.exit(0, true)
     end
     local ok, extra = pcall(checkpoint.load, opts.checkpoint, model, opt)
     if not ok then die(tostring(extra)) end
@@ -311,11 +342,12 @@ if opts.resume then
     print(("no checkpoint at %s yet: starting from step 1"):format(opts.checkpoint))
   end
 end
-print(("training: %d steps of %d x %d tokens, AdamW lr %g, seed %d, %d thread(s)"):format(opts.steps, opts.batch, T,
-  opts.lr, opts.seed, threads))
+print(("training: %d steps of %d x %d tokens, AdamW lr %g, seed %d, %d thread(s)%s"):format(opts.steps, opts.batch, T,
+  opts.lr, opts.seed, threads, dist and (" on each of %d ranks (data parallel, %d windows each)"):format(world,
+  opts.batch // world) or ""))
 
 local function save(step)
-  if not opts.checkpoint then return end
+  if not opts.checkpoint or rank > 1 then return end
   checkpoint.save(opts.checkpoint, model, opt, {step = step, seed = opts.seed,
     train = encode_list(history.train), val_steps = encode_list(history.val_steps), val = encode_list(history.val)})
 end
@@ -343,11 +375,14 @@ end
 -- ---- training ------------------------------------------------------------------
 local entropy = unigram_entropy(text)
 local progress = attn.progress(math.max(1, opts.steps - start + 1), "train")
+if rank > 1 then progress = {step = function() end, done = function() end} end
+local share = opts.batch // world
 local t0 = attn.clock()
 local tokens = 0
 for step = start, opts.steps do
   local x, y = random_batch(train_text, opts.batch)
-  local loss = loss_of(x, y)
+  if dist then x, y = x:narrow(1, (rank - 1) * share + 1, share), y:narrow(1, (rank - 1) * share + 1, share) end
+  local loss = loss_of(x, y, train_model)
   -- a full collection (about 0.1 ms: the Lua heap holds few objects, the
   -- tensors' bytes are userdata) before the backward and after the step frees
   -- the forward's temporaries and the backward's spent gradients, which the
@@ -360,12 +395,13 @@ for step = start, opts.steps do
   opt:step()
   collectgarbage()
   local l = loss:item()
+  if dist then l = dist.all_reduce(attn.tensor({l}), "avg"):item() end
   history.train[step] = l
   tokens = tokens + opts.batch * T
   local rate = tokens / math.max(1e-9, attn.clock() - t0)
   progress.label = ("step %d loss %.3f %.0f tok/s"):format(step, l, rate)
   progress:step()
-  if step % opts.eval_every == 0 or step == opts.steps then
+  if (step % opts.eval_every == 0 or step == opts.steps) and rank == 1 then
     local v = validation_loss()
     history.val_steps[#history.val_steps + 1], history.val[#history.val + 1] = step, v
     save(step)
@@ -394,7 +430,7 @@ if opts.report_memory then
     peak / total, baseline_rss_mb, peak - baseline_rss_mb, (peak - baseline_rss_mb) / total))
 end
 
-if opts.plot then
+if opts.plot and rank == 1 then
   local train_x = {}
   local train_y = {}
   for step = 1, opts.steps do
@@ -409,7 +445,7 @@ if opts.plot then
   print("loss curve: " .. opts.plot)
 end
 
-if opts.sample > 0 then
+if opts.sample > 0 and rank == 1 then
   model:eval()
   local prompt_text = "The "
   local prompt = {}

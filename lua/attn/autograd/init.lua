@@ -586,6 +586,37 @@ end
 local BACKWARD_OPTS = { retain_graph = true, names = "retain_graph" }
 local GRAD_OPTS = { retain_graph = true, allow_unused = true, names = "retain_graph or allow_unused" }
 
+-- The post-backward hooks, in registration order (a fixed order: hooks that
+-- communicate, as DistributedDataParallel's, must run alike on every process).
+local post_backward = {}
+
+local function run_post_backward()
+  if #post_backward == 0 then return end
+  for _, h in ipairs({ table.unpack(post_backward) }) do
+    if not h.removed then h.fn() end
+  end
+end
+
+--- Call fn() at the end of every `t:backward()`, once every leaf's `.grad`
+-- holds its gradient (not after autograd.grad, which writes no `.grad`).
+-- Returns a handle whose `:remove()` unregisters it. What
+-- attn.dist.DistributedDataParallel averages the gradients in.
+function M.register_post_backward(fn)
+  if type_(fn) ~= "function" then
+    error("attn.autograd.register_post_backward: bad argument #1 'fn' (expected a function, got " .. type_(fn) .. ")", 2)
+  end
+  local h = { fn = fn }
+  function h.remove()
+    if h.removed then return end
+    h.removed = true
+    for i, x in ipairs(post_backward) do
+      if x == h then table.remove(post_backward, i) break end
+    end
+  end
+  post_backward[#post_backward + 1] = h
+  return h
+end
+
 --- Accumulate the gradients of t into the `.grad` of the leaves it depends on.
 -- `gradient` defaults to 1 for a one-element t; `{retain_graph = true}` keeps
 -- the saved tensors for another backward.
@@ -604,6 +635,7 @@ function M.backward(...)
   end
   gradient = check_grad_arg(fname, t, gradient, 2)
   run(fname, { t }, { gradient }, retain)
+  run_post_backward()
 end
 
 local function as_list(x, fname, argn, what)

@@ -247,6 +247,9 @@ function M.wait_all(reqs)
   for _, r in ipairs(reqs) do r:wait() end
 end
 
+--- dist.DistributedDataParallel(model[, {bucket_mb = 25}]): see attn.dist.ddp.
+M.DistributedDataParallel = require("attn.dist.ddp")(M)
+
 M.Request = Request
 M._core = core
 M.is_tensor = is_tensor
