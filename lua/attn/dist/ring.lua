@@ -197,12 +197,6 @@ end
 
 -- ---------------------------------------------------------- the rotation ----
 
-local function sized(shape, len)
-  local s = { table.unpack(shape) }
-  s[#s - 1] = len
-  return s
-end
-
 local TAG_K, TAG_V, TAG_DK, TAG_DV = 1, 2, 3, 4
 
 local function wait_all(reqs)
