@@ -390,12 +390,7 @@ function M.new(comm)
     end,
   }
 
-  --- Attention over the whole sequence, each rank holding its chunk of dim -2.
-  -- @param q [..., n_r, E] this rank's queries
-  -- @param k [..., n_r, E] this rank's keys
-  -- @param v [..., n_r, Ev] this rank's values
-  -- @param opts {is_causal, scale, layout = "contiguous" | "zigzag"}
-  -- @return this rank's chunk of the output [..., n_r, Ev]
+  -- dist.ring_attention (documented at the end of the file)
   function R.ring_attention(q, k, v, opts)
     local causal, scale, layout = check_args(q, k, v, opts)
     local plan = make_plan(comm, q, k, v, causal, scale, layout)
@@ -413,8 +408,7 @@ function M.new(comm)
     return dim < 0 and dim + x:dim() + 1 or dim
   end
 
-  --- This rank's part of a whole tensor in the zigzag layout: chunks r and
-  -- 2P + 1 - r of 2P along dim, concatenated.
+  -- dist.zigzag_split
   function R.zigzag_split(x, dim)
     local fname = "dist.zigzag_split"
     dim = split_dim(x, dim, fname, "x")
@@ -428,8 +422,7 @@ function M.new(comm)
     return attn.cat({ x:narrow(dim, (r - 1) * c + 1, c), x:narrow(dim, (2 * P - r) * c + 1, c) }, dim)
   end
 
-  --- The whole tensor from every rank's zigzag part: parts is a tensor [P,
-  -- ...] (as all_gather gives) or a list of P tensors; dim is a dim of a part.
+  -- dist.zigzag_merge: parts is a tensor [P, ...] or a list of P tensors; dim is a dim of a part
   function R.zigzag_merge(parts, dim)
     local fname = "dist.zigzag_merge"
     local P = comm.world_size()
@@ -475,5 +468,32 @@ end
 
 -- for the specs: the schedule of a plan, and the merge
 M._blocks, M._merge_into = blocks, merge_into
+
+--- @submodule attn.dist
+
+--- Attention over a sequence held in chunks by the ranks: each rank passes
+-- its chunk of dim -2 of q, k and v and gets its chunk of the output, equal to
+-- attn.scaled_dot_product_attention on the whole sequence; differentiable
+-- (every rank must run the backward). Every rank makes the same call (sizes
+-- but dim -2, options, autograd), else every rank raises the same error.
+-- layout "zigzag": rank r holds chunks r and 2P + 1 - r of 2P
+-- (dist.zigzag_split), which balances causal work across the ranks.
+-- @param q [..., n_r, E] this rank's queries
+-- @param k [..., n_r, E] this rank's keys
+-- @param v [..., n_r, Ev] this rank's values
+-- @param[opt] opts {is_causal = false, scale = 1/sqrt(E), layout = "contiguous" or "zigzag"}
+-- @return this rank's chunk of the output [..., n_r, Ev]
+-- @function ring_attention
+
+--- This rank's part of a whole tensor in the zigzag layout: chunks r and
+-- 2P + 1 - r of 2P along dim, concatenated.
+-- @param x the whole tensor (its size in dim a multiple of 2P)
+-- @param dim the dim to split
+-- @function zigzag_split
+
+--- The whole tensor from every rank's zigzag part, in order.
+-- @param parts a tensor [P, ...] (as dist.all_gather gives) or a list of P parts
+-- @param dim the split dim, as a dim of a part
+-- @function zigzag_merge
 
 return M
