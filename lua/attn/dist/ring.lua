@@ -236,6 +236,7 @@ local function forward(plan, q, k, v)
   local P, r = plan.P, plan.r
   local kc, vc = k:contiguous(), v:contiguous()
   local out, lse
+  local written = {} -- written[i]: local row i (0-based) holds a partial result
   local opts = { return_lse = true, scale = plan.scale }
   for s = 0, P - 1 do
     local j = (r - 1 - s) % P + 1
@@ -252,7 +253,17 @@ local function forward(plan, q, k, v)
         local ls = { table.unpack(os, 1, #os - 1) }
         lse = attn.full(ls, NEG_INF)
       end
-      merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
+      local fresh = true
+      for i = b.qa, b.qa + b.ql - 1 do
+        if written[i] then fresh = false end
+        written[i] = true
+      end
+      if fresh then -- the rows' first partial is their result so far: no merge
+        out:narrow(-2, b.qa + 1, b.ql):copy_(o)
+        lse:narrow(-1, b.qa + 1, b.ql):copy_(l)
+      else
+        merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
+      end
     end
     if reqs then wait_all(reqs); kc, vc = nk, nv end
   end
