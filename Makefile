@@ -159,6 +159,7 @@ LAUNCHERS = attn-lua attn-busted
 install: $(SO) $(DIST_SO) $(LUAOUT) $(DATAOUT)
 	install -d $(DESTDIR)$(INST_LIBDIR)/attn $(DESTDIR)$(INST_LUADIR) $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(SO) $(DESTDIR)$(INST_LIBDIR)/attn/core.so
+	$(if $(DIST_SO),install -m 755 $(DIST_SO) $(DESTDIR)$(INST_LIBDIR)/attn/dist_core.so)
 	cd lua && find attn -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(INST_LUADIR)/{} \;
 	for f in $(DATASRC); do install -D -m 644 $$f $(DESTDIR)$(INST_LUADIR)/attn/$$f || exit 1; done
 	@mkdir -p $(BUILD)/bin
@@ -195,6 +196,7 @@ UBSAN_OPTS = print_stacktrace=1:halt_on_error=1
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 asan: have-deps
 	@$(MAKE) -s BUILD=$(ASAN_BUILD) CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" $(ASAN_BUILD)/attn/core.so \
+	  $(if $(MPI_LIBS),$(ASAN_BUILD)/attn/dist_core.so) \
 	  $(LUASRC:lua/%=$(ASAN_BUILD)/%) $(DATASRC:data/%=$(ASAN_BUILD)/attn/data/%)
 	@LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	 ASAN_OPTIONS=$(ASAN_OPTS) UBSAN_OPTIONS=$(UBSAN_OPTS) ATTN_BUILD=$(CURDIR)/$(ASAN_BUILD) \

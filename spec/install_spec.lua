@@ -83,6 +83,36 @@ describe("make install PREFIX=<temp>", function()
     assert.is_truthy(out:find("\ntensor([[2., 0.],\n        [0., 2.]])\nattn.Tensor.transpose\n", 1, true), out)
   end)
 
+  it("installs attn.dist's Open MPI module; the installed attn-lua ends an mpirun job when a rank raises", function()
+    assert(os.execute("command -v mpicc >/dev/null && command -v mpirun >/dev/null"),
+      "Open MPI is missing: install Debian's libopenmpi-dev and openmpi-bin ('make deps' does)")
+    local fh = io.open(prefix .. "/lib/lua/5.4/attn/dist_core.so")
+    assert(fh, "missing " .. prefix .. "/lib/lua/5.4/attn/dist_core.so")
+    fh:close()
+    local f = assert(io.open(proj .. "/fails.lua", "w"))
+    f:write([[
+local dist = require "attn.dist"
+dist.init()
+if dist.rank() == 2 then error("rank two fails") end
+dist.barrier()
+print("after the barrier")
+]])
+    f:close()
+    -- make asan's preload goes to the ranks alone, without the leak check
+    -- (Open MPI's own allocations), never to mpirun
+    local preload, ranks_env = os.getenv("LD_PRELOAD"), ""
+    if preload and preload ~= "" then
+      ranks_env = (" -x LD_PRELOAD=%s -x ASAN_OPTIONS=%s"):format(sh_quote(preload),
+        sh_quote((os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"))
+    end
+    local out, ok = in_project("env -u LD_PRELOAD OMPI_MCA_btl=self,vader timeout 60 mpirun --allow-run-as-root "
+      .. "--oversubscribe --bind-to none" .. ranks_env .. " -np 2 " .. sh_quote(prefix .. "/bin/attn-lua")
+      .. " fails.lua")
+    assert.is_falsy(ok, out)
+    assert.is_truthy(out:find("attn-lua: rank 2 of 2: fails.lua:3: rank two fails", 1, true), out)
+    assert.is_falsy(out:find("after the barrier", 1, true), out)
+  end)
+
   it("attn-busted runs the user's own specs (./spec) with attn.assert, and fails when they fail", function()
     local f = assert(io.open(proj .. "/spec/mine_spec.lua", "w"))
     f:write([[

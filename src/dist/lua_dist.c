@@ -254,6 +254,13 @@ static int l_is_initialized(lua_State *L) {
   return 1;
 }
 
+static int l_is_finalized(lua_State *L) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  lua_pushboolean(L, fin);
+  return 1;
+}
+
 static int l_finalize(lua_State *L) {
   finalize_now(L);
   return 0;
@@ -378,9 +385,12 @@ static int check_tag(lua_State *L, int arg, const char *fname) {
 static void check_header(lua_State *L, const int64_t *got, const attn_tensor *t, int src, const char *fname) {
   int64_t want[H_LEN];
   fill_header(want, K_P2P, 0, 0, t);
-  want[H_BOOL] = got[H_BOOL]; /* a bool tensor's 0/1 floats may land in a float one */
+  /* a bool tensor's 0/1 floats may land in a float one, not other floats in a bool one */
+  if (!t->is_bool) want[H_BOOL] = got[H_BOOL];
   if (got[H_KIND] != K_P2P || got[H_NDIM] < 0 || got[H_NDIM] > ATTN_MAX_DIMS)
     dist_error(L, fname, "rank %d sent a message that is not a tensor from dist.send/isend", src + 1);
+  if (want[H_BOOL] != got[H_BOOL])
+    dist_error(L, fname, "rank %d sent a float tensor, the receiving tensor is a bool one", src + 1);
   if (memcmp(want, got, sizeof want) != 0) {
     char sa[160], sb[160];
     dist_error(L, fname, "shape mismatch: rank %d sent %s, the receiving tensor is %s", src + 1,
@@ -413,7 +423,7 @@ static int l_recv(lua_State *L) {
   check_mpi(L, MPI_Recv(h, H_LEN, MPI_INT64_T, src, 2 * tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), fname);
   int64_t want[H_LEN];
   fill_header(want, K_P2P, 0, 0, t);
-  want[H_BOOL] = h[H_BOOL];
+  if (!t->is_bool) want[H_BOOL] = h[H_BOOL];
   if (memcmp(want, h, sizeof want) != 0) {
     /* take the data message off the queue (into scratch the collector owns)
      * so that a caller who catches the error can go on */
@@ -575,7 +585,7 @@ __attribute__((visibility("default"))) int luaopen_attn_dist_core(lua_State *L) 
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
       {"init", l_init},           {"is_initialized", l_is_initialized},
-      {"finalize", l_finalize},   {"abort", l_abort},
+      {"finalize", l_finalize},   {"is_finalized", l_is_finalized}, {"abort", l_abort},
       {"rank", l_rank},           {"world_size", l_world_size},
       {"barrier", l_barrier},     {"all_reduce", l_all_reduce},
       {"broadcast", l_broadcast}, {"all_gather", l_all_gather},

@@ -59,7 +59,9 @@ local function check_tag(fname, tag, argn)
 end
 
 local function running(fname)
-  if not core.is_initialized() then fail(fname, "call dist.init() first") end
+  if not core.is_initialized() then
+    fail(fname, core.is_finalized() and "called after dist.finalize()" or "call dist.init() first")
+  end
 end
 
 -- Write buf (a contiguous copy) back into the strided t; outside autograd,
@@ -149,6 +151,7 @@ function M.all_gather(t)
   table.insert(shape, 1, core.world_size())
   local out = attn.empty(shape)
   core.all_gather(t:contiguous(), out)
+  if t.dtype == "bool" then out = out:bool() end -- the gathered 0/1 values, of t's kind
   return out
 end
 
