@@ -1,4 +1,4 @@
--- The ring attention case of scripts/bench_dist.lua: dist.ring_attention on
+-- The ring attention cases of scripts/bench_dist.lua: dist.ring_attention on
 -- bench.lua's B_causal shape (b 1, h 8, n 4096, E 64, causal), each rank its
 -- chunk, against the whole sequence's scaled_dot_product_attention in one
 -- process. `ms` is the best of reps of the slowest rank (barrier to barrier),
@@ -61,8 +61,8 @@ function M.ring(dist, layout, reps, backward)
       q.grad, k.grad, v.grad = nil, nil, nil
     end
   end, dist.barrier)
-  return { case = backward and "ring_B_causal_bwd" or "ring_B_causal", kernel = "ring_" .. layout, b = s.b, h = s.h,
-           lq = s.n, lk = s.n, e = s.e, causal = s.causal, ranks = P, ms = ms, gflops = flops(backward) / ms / 1e6 }
+  return { kernel = "ring_" .. layout, b = s.b, h = s.h, lq = s.n, lk = s.n, e = s.e, causal = s.causal, ms = ms,
+           gflops = flops(backward) / ms / 1e6 }
 end
 
 --- The same attention on the whole sequence in this process (the baseline).
@@ -77,8 +77,8 @@ function M.whole(reps, backward)
       q.grad, k.grad, v.grad = nil, nil, nil
     end
   end)
-  return { case = backward and "ring_B_causal_bwd" or "ring_B_causal", kernel = "whole", b = s.b, h = s.h, lq = s.n,
-           lk = s.n, e = s.e, causal = s.causal, ranks = 1, ms = ms, gflops = flops(backward) / ms / 1e6 }
+  return { kernel = "whole", b = s.b, h = s.h, lq = s.n, lk = s.n, e = s.e, causal = s.causal, ms = ms,
+           gflops = flops(backward) / ms / 1e6 }
 end
 
 return M
