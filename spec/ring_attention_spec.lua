@@ -97,6 +97,11 @@ describe("ring attention's errors", function()
       { layout = r == 1 and "zigzag" or "contiguous" }) end, "ranks disagree on layout")
     fails(2, function(R, r) return R.ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8),
       { scale = r == 1 and 0.5 or nil }) end, "ranks disagree on scale")
+    -- a scale of -1 is a scale, not the default
+    fails(2, function(R, r) return R.ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8),
+      { scale = r == 1 and -1 or nil }) end, "ranks disagree on scale (rank 2: nil, rank 1: -1)")
+    fails(2, function(R, r) return R.ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8),
+      { scale = r == 1 and 0.5 or 0.25 }) end, "ranks disagree on scale (rank 2: 0.25, rank 1: 0.5)")
   end)
 
   it("a call recorded for backward on some ranks only is refused (its backward would wait forever)", function()

@@ -92,7 +92,7 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
   local tail = 3 * SLOTS
   row[tail + 1] = causal and 1 or 0
   row[tail + 2] = LAYOUTS[layout]
-  row[tail + 3] = scale or -1
+  row[tail + 3], row[tail + 5] = scale or 0, scale == nil and 1 or 0
   -- a recorded call's backward is a ring of its own: every rank must record it
   local records = attn.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
   row[tail + 4] = records and 1 or 0
@@ -111,9 +111,9 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
     if o[tail + 2] ~= row[tail + 2] then
       fail("ranks disagree on layout (rank %d: %q, rank %d: %q)", r, layout, j, LAYOUT_NAMES[o[tail + 2]])
     end
-    if o[tail + 3] ~= attn.tensor{ row[tail + 3] }:totable()[1] then
+    if o[tail + 5] ~= row[tail + 5] or o[tail + 3] ~= attn.tensor{ row[tail + 3] }:totable()[1] then
       fail("ranks disagree on scale (rank %d: %s, rank %d: %s)", r, tostring(scale), j,
-        o[tail + 3] == -1 and "nil" or ("%.9g"):format(o[tail + 3]))
+        o[tail + 5] == 1 and "nil" or ("%.9g"):format(o[tail + 3]))
     end
     if o[tail + 4] ~= row[tail + 4] then
       local function says(x) return x == 1 and "records it for backward" or "does not record it" end
