@@ -2,7 +2,8 @@
 --   luarocks --lua-version 5.4 make                 (system tree)
 --   luarocks --lua-version 5.4 make --local         (~/.luarocks)
 --   luarocks --lua-version 5.4 make --tree /tmp/t   (any tree)
--- The system needs liblua5.4-dev and libopenblas-openmp-dev (Debian 12).
+-- The system needs liblua5.4-dev and libopenblas-openmp-dev (Debian 12), and
+-- libopenmpi-dev for attn.dist (without it the rest builds).
 rockspec_format = "3.0"
 package = "attn"
 version = "dev-1"

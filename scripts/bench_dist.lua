@@ -1,6 +1,7 @@
 -- attn.dist benchmarks, one JSON object per line: each case run as P ranks
--- of 1 thread under mpirun against 1 process of P threads, on the same
--- machine in the same run, and the ratio of their times.
+-- of 1 thread under mpirun against 1 process of P threads (and 1 process of
+-- 1 thread, the baseline of both), on the same machine in the same run, and
+-- the ratio of their times.
 --   scripts/attn-lua scripts/bench_dist.lua [--cases LIST] [--np P] [--reps N]
 -- LIST is comma-separated from the cases below (default: all). The script
 -- launches the runs itself (mpirun --oversubscribe --allow-run-as-root -np P,
@@ -169,9 +170,11 @@ end
 
 for _, c in ipairs(wanted) do
   local common = (" %s --worker %s --reps %d"):format(script, c, opts.reps)
+  local one = run(("OMP_NUM_THREADS=1 %s%s"):format(launcher, common))
   local single = run(("OMP_NUM_THREADS=%d %s%s"):format(opts.np, launcher, common))
   local multi = run(("OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe "
     .. "--bind-to none -x OMP_NUM_THREADS=1 -np %d %s%s"):format(opts.np, launcher, common))
-  io.write(json({case = c .. "_ratio", procs = opts.np,
-    ranks_over_threads = multi / single}), "\n")
+  -- ranks_over_threads: P ranks' time over P threads'; speedups: over 1 process x 1 thread
+  io.write(json({case = c .. "_ratio", procs = opts.np, ranks_over_threads = multi / single,
+    ranks_speedup = one / multi, threads_speedup = one / single}), "\n")
 end

@@ -17,8 +17,8 @@ local function need_mpi()
     .. "('make deps' does), then run 'make'")
 end
 
--- Shared memory only (no network probing), no binding to the 2 cores, one
--- thread per rank. make asan's preload stays away from mpirun itself and goes
+-- Shared memory only (no network probing; no cross-memory attach, which
+-- containers often forbid), no binding to the 2 cores, one thread per rank. make asan's preload stays away from mpirun itself and goes
 -- to the ranks (-x), without the leak check there, which would report Open
 -- MPI's own allocations.
 local preload = os.getenv("LD_PRELOAD")
@@ -27,7 +27,7 @@ if preload and preload ~= "" then
   SANITIZED_RANKS = (" -x LD_PRELOAD=%s -x ASAN_OPTIONS=%s -x UBSAN_OPTIONS=%s"):format(sh_quote(preload),
     sh_quote((os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"), sh_quote(os.getenv("UBSAN_OPTIONS") or ""))
 end
-local MPIRUN = "env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader "
+local MPIRUN = "env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
   .. "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none" .. SANITIZED_RANKS .. " -np "
 
 -- exit status, combined output and seconds of an mpirun of the script with args
@@ -143,6 +143,45 @@ describe("attn.dist without mpirun", function()
     assert.is_not_nil(out:find("false\tattn.dist needs Open MPI", 1, true), out)
     assert.is_not_nil(out:find("libopenmpi-dev", 1, true), out)
     assert.is_not_nil(out:find("openmpi-bin", 1, true), out)
+  end)
+
+  it("make without Open MPI plans everything but dist_core.so; with it, dist_core.so too", function()
+    local function plan(vars)
+      local p = assert(io.popen("env -u LD_PRELOAD make -n BUILD=/nonexistent/attn-plan " .. vars .. " all 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    local without = plan("MPI_LIBS= MPI_CFLAGS=")
+    assert.is_truthy(without:find("/nonexistent/attn-plan/attn/core.so", 1, true), without)
+    assert.is_falsy(without:find("dist_core", 1, true), without)
+    need_mpi()
+    local with = plan("")
+    assert.is_truthy(with:find("-o /nonexistent/attn-plan/attn/dist_core.so", 1, true), with)
+  end)
+
+  it("scripts/bench_dist.lua refuses an unknown case or a bad --np, naming them, before running anything", function()
+    local p = assert(io.popen("scripts/attn-lua scripts/bench_dist.lua --cases train_gpt,nope 2>&1"))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("bench_dist.lua: unknown case nope (known: train_gpt", 1, true), out)
+    p = assert(io.popen("scripts/attn-lua scripts/bench_dist.lua --np 0 2>&1"))
+    out = p:read("a")
+    _, _, code = p:close()
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("--np expects an integer >= 1", 1, true), out)
+  end)
+
+  it("dist_core.so exports luaopen_attn_dist_core alone", function()
+    need_mpi()
+    local p = assert(io.popen("env -u LD_PRELOAD nm -D --defined-only " .. sh_quote(build .. "/attn/dist_core.so")
+      .. " 2>&1"))
+    local out = p:read("a")
+    p:close()
+    local names = {}
+    for name in out:gmatch("%x+ [A-Z] ([%w_]+)") do names[#names + 1] = name end
+    assert.are.same({"luaopen_attn_dist_core"}, names)
   end)
 
   it("a call before dist.init() says to call it", function()

@@ -105,7 +105,8 @@ print("after the barrier")
       ranks_env = (" -x LD_PRELOAD=%s -x ASAN_OPTIONS=%s"):format(sh_quote(preload),
         sh_quote((os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"))
     end
-    local out, ok = in_project("env -u LD_PRELOAD OMPI_MCA_btl=self,vader timeout 60 mpirun --allow-run-as-root "
+    local out, ok = in_project("env -u LD_PRELOAD OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+      .. "timeout 60 mpirun --allow-run-as-root "
       .. "--oversubscribe --bind-to none" .. ranks_env .. " -np 2 " .. sh_quote(prefix .. "/bin/attn-lua")
       .. " fails.lua")
     assert.is_falsy(ok, out)

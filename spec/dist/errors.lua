@@ -75,7 +75,18 @@ raises("broadcast: root 0", {"dist.broadcast: bad argument #2 'root' (expected a
 raises("broadcast: root past the world", {"dist.broadcast: bad argument #2 'root'"}, dist.broadcast,
   attn.zeros(2), P + 1)
 raises("send: dst not a number", {"dist.send: bad argument #2 'dst'", "got string"}, dist.send, attn.zeros(2), "x")
-raises("recv: a negative tag", {"dist.recv: bad argument #3 'tag'"}, dist.recv, attn.zeros(2), 1, -1)
+raises("send to this rank itself, as PyTorch 1.13 refuses it", {"dist.send: bad argument #2 'dst' (expected another rank than this one",
+  "got " .. r .. ")"}, dist.send, attn.zeros(2), r)
+raises("recv from this rank itself", {"dist.recv: bad argument #2 'src' (expected another rank than this one"},
+  dist.recv, attn.zeros(2), r)
+do -- isend / irecv with itself is fine
+  local got = attn.zeros(3)
+  local rq = dist.irecv(got, r, 5)
+  dist.isend(attn.full({3}, r), r, 5):wait()
+  rq:wait()
+  check.close("isend / irecv with this rank itself", got, attn.full({3}, r), 0)
+end
+raises("recv: a negative tag", {"dist.recv: bad argument #3 'tag'"}, dist.recv, attn.zeros(2), r % P + 1, -1)
 raises("isend: not a tensor", {"dist.isend: bad argument #1 't' (expected attn.Tensor, got table)"}, dist.isend,
   {}, 1)
 raises("wait_all: not requests", {"dist.wait_all: bad argument #1 'reqs'"}, dist.wait_all, {1})

@@ -21,7 +21,6 @@ end
 local attn = require "attn"
 local argcheck = require "attn.argcheck"
 
-local is_tensor = argcheck.is_tensor
 local fail = argcheck.fail
 
 local M = {}
@@ -155,13 +154,24 @@ function M.all_gather(t)
   return out
 end
 
+-- A blocking send or receive with this rank itself would wait forever
+-- (PyTorch 1.13's send refuses it the same way).
+local function check_not_self(fname, r, argn, what)
+  if r == core.rank() then
+    argcheck.arg_error(fname, argn, what, "another rank than this one (a blocking " .. fname:match("%.(.*)$")
+      .. " with itself would wait forever; use isend / irecv)", tostring(r))
+  end
+  return r
+end
+
 --- Send t to rank dst (blocking: returns when t may be changed again).
 -- tag (an integer >= 0, default 0) tells messages between the same ranks apart.
 function M.send(t, dst, tag)
   local fname = "dist.send"
   running(fname)
   check_tensor(fname, t, 1)
-  core.send(t:contiguous(), check_rank(fname, dst, 2, "dst"), check_tag(fname, tag, 3))
+  dst = check_not_self(fname, check_rank(fname, dst, 2, "dst"), 2, "dst")
+  core.send(t:contiguous(), dst, check_tag(fname, tag, 3))
 end
 
 --- Receive into t (in place) what rank src sent with the same tag; the shape
@@ -170,7 +180,7 @@ function M.recv(t, src, tag)
   local fname = "dist.recv"
   running(fname)
   check_writable(fname, t, 1)
-  src = check_rank(fname, src, 2, "src")
+  src = check_not_self(fname, check_rank(fname, src, 2, "src"), 2, "src")
   tag = check_tag(fname, tag, 3)
   if t:is_contiguous() then
     core.recv(t, src, tag)
@@ -253,9 +263,9 @@ end
 --- dist.DistributedDataParallel(model[, {bucket_mb = 25}]): see attn.dist.ddp.
 M.DistributedDataParallel = require("attn.dist.ddp")(M)
 
+--- The class of the requests dist.isend and dist.irecv return (req:wait(), req:test()).
 M.Request = Request
 M._core = core
-M.is_tensor = is_tensor
 
 -- dist.ring_attention, dist.zigzag_split, dist.zigzag_merge (attn.dist.ring)
 require("attn.dist.ring").install(M)
