@@ -274,9 +274,10 @@ local function mpirun(np, args)
   assert(have_mpirun, "mpirun is missing: install Debian's openmpi-bin and libopenmpi-dev ('make deps' does)")
   assert(have_module, build .. "/attn/dist_core.so is missing: install Debian's libopenmpi-dev and openmpi-bin "
     .. "('make deps' does), then run 'make'")
-  local cmd = ("env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader timeout 300 mpirun --allow-run-as-root "
-    .. "--oversubscribe --bind-to none%s -np %d scripts/attn-lua spec/dist/ring_check.lua %s 2>&1"):format(
-    SANITIZED_RANKS, np, args or "")
+  local cmd = ("env -u LD_PRELOAD OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader "
+    .. "OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 300 mpirun --allow-run-as-root --oversubscribe "
+    .. "--bind-to none%s -np %d scripts/attn-lua spec/dist/ring_check.lua %s 2>&1"):format(SANITIZED_RANKS, np,
+    args or "")
   local f = io.popen(cmd)
   local out = f:read("a")
   local ok, _, code = f:close()

@@ -99,7 +99,8 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
   local rows = comm.all_gather(attn.tensor(row)):totable()
   local qs, ks, vs = {}, {}, {}
   for j = 1, P do
-    qs[j], ks[j], vs[j] = unpack_shape(rows[j], 1), unpack_shape(rows[j], 1 + SLOTS), unpack_shape(rows[j], 1 + 2 * SLOTS)
+    local row_j = rows[j]
+    qs[j], ks[j], vs[j] = unpack_shape(row_j, 1), unpack_shape(row_j, 1 + SLOTS), unpack_shape(row_j, 1 + 2 * SLOTS)
   end
   local function fail(fmt, ...) caller.error(FN .. ": " .. fmt:format(...)) end
   for j = 1, P do
@@ -181,7 +182,8 @@ local function blocks(plan, j)
       for x = 1, #list do
         for y = 1, #list do
           local A, B = list[x], list[y]
-          if x ~= y and not A.causal and not B.causal and A[sa] == B[sa] and A[sl] == B[sl] and A[ja] + A[jl] == B[ja] then
+          local both_full = not A.causal and not B.causal
+          if x ~= y and both_full and A[sa] == B[sa] and A[sl] == B[sl] and A[ja] + A[jl] == B[ja] then
             A[jl] = A[jl] + B[jl]
             table.remove(list, y)
             joined = true
