@@ -11,6 +11,11 @@
 --              the bench GPTModel (vocab 256, context 128, emb 128, 4 heads,
 --              4 layers) on a global batch of 16, each rank its share through
 --              DistributedDataParallel; tokens_per_s of the global batch.
+--   ring_B_causal  dist.ring_attention (layout "zigzag") on bench.lua's B_causal
+--              shape (b 1, h 8, n 4096, E 64, causal), each rank its chunk,
+--              against the whole sequence's scaled_dot_product_attention in
+--              one process (scripts/lib/bench_ring.lua); ring_B_causal_bwd:
+--              forward + backward; ring_B_causal_contiguous: layout "contiguous".
 -- A case is a table in CASES: worker(opts, dist) returns the fields of its
 -- line ({ms = per-run time on rank 1, ...}).
 local attn = require "attn"
@@ -100,6 +105,18 @@ CASES.train_gpt = {
     return {ms = ms, tokens_per_s = batch * cfg.context_length / (ms / 1000), batch = batch}
   end,
 }
+
+for _, c in ipairs({{"ring_B_causal", "zigzag", false}, {"ring_B_causal_bwd", "zigzag", true},
+                   {"ring_B_causal_contiguous", "contiguous", false}}) do
+  ORDER[#ORDER + 1] = c[1]
+  CASES[c[1]] = {
+    worker = function(o, dist)
+      local ring = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib/bench_ring.lua")
+      if dist then return ring.ring(dist, c[2], o.reps, c[3]) end
+      return ring.whole(o.reps, c[3])
+    end,
+  }
+end
 
 -- ---- worker: inside mpirun (or alone) -----------------------------------------------
 if opts.worker then

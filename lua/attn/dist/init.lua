@@ -267,4 +267,7 @@ M.DistributedDataParallel = require("attn.dist.ddp")(M)
 M.Request = Request
 M._core = core
 
+-- dist.ring_attention, dist.zigzag_split, dist.zigzag_merge (attn.dist.ring)
+require("attn.dist.ring").install(M)
+
 return M
