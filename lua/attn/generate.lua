@@ -143,7 +143,7 @@ local function check_ids(idx, vocab)
     if not (v >= 1 and v <= vocab and v == math.floor(v)) then
       local n = idx:size(2)
       caller.error(("%s: bad argument #2 'idx' (expected integer token ids in 1..vocab_size = %d, got %s at [%d, %d])")
-        :format(FNAME, vocab, tostring(v), (i - 1) // n + 1, (i - 1) % n + 1))
+        :format(FNAME, vocab, tostring(math.tointeger(v) or v), (i - 1) // n + 1, (i - 1) % n + 1))
     end
   end
 end
