@@ -326,3 +326,37 @@ describe("attn.generate ids out of range", function()
     C.fails(function() attn.generate(m, attn.tensor({{1.5}}), 2) end, "got 1.5 at [1, 1]")
   end)
 end)
+
+describe("scripts/examples/gpt2_generate.lua", function()
+  local function run(args)
+    local p = io.popen("scripts/attn-lua scripts/examples/gpt2_generate.lua " .. args .. " 2>&1")
+    local out = p:read("a")
+    local ok, _, code = p:close()
+    return out, ok and 0 or code
+  end
+
+  it("generates from a folder as the book's generate (token ids with --ids: the tiny model's vocabulary is not GPT-2's)",
+    function()
+      local out, code = run(DIR .. " '6,18,43,9' --ids --max-new 20")
+      assert.are.equal(0, code, out)
+      local want = {}
+      for j, v in ipairs(FX.greedy.data) do want[j] = ("%d"):format(v) end
+      assert.are.equal(table.concat(want, " ") .. "\n", out)
+      out, code = run(DIR .. " '6,18,43,9' --ids --max-new 20 --temperature 1 --top-p 0.9 --seed 11")
+      assert.are.equal(0, code, out)
+      want = {}
+      for j, v in ipairs(FX.sampled[1].out.data) do want[j] = ("%d"):format(v) end
+      assert.are.equal(table.concat(want, " ") .. "\n", out)
+    end)
+
+  it("a text prompt needs GPT-2's vocabulary; bad arguments are named", function()
+    local out, code = run(DIR .. " 'Every effort moves you'")
+    assert.are.equal(1, code)
+    assert.is_truthy(out:find("vocab_size = 64, not GPT-2's 50257", 1, true), out)
+    out, code = run(DIR)
+    assert.are.equal(2, code)
+    assert.is_truthy(out:find("expected DIR and PROMPT", 1, true), out)
+    out = run("spec/fixtures/module_grad.safetensors '1'")
+    assert.is_truthy(out:find("module_grad.safetensors is not a Hugging Face GPT-2 file", 1, true), out)
+  end)
+end)
