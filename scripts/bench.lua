@@ -436,7 +436,7 @@ end
 -- cached forward and argmax), timed together. Each step reads every weight
 -- once (the blocks' matrices and the tied [vocab, emb] output head: the
 -- `weight_bytes`), so the fastest step memory allows is weight_bytes / membw,
--- with membw measured beside it over the same bytes (a `membw` line);
+-- with membw measured in the same rounds over the same bytes (a `membw` line);
 -- of_membw_limit = tokens_per_s * weight_bytes / membw (1 = at the limit).
 if wanted("gpt2_decode") then
   local cfg = { vocab_size = 50257, context_length = 1024, emb_dim = 768, n_heads = 12, n_layers = 12, drop_rate = 0,
@@ -447,28 +447,42 @@ if wanted("gpt2_decode") then
   model:eval()
   -- every parameter but the position table (one row per token) is read per step
   local weight_bytes = 4.0 * (model:num_parameters() - model.pos_emb.weight:numel())
-  local gbps, membw_ms = membw_gbps("membw (gpt2_decode)", weight_bytes)
-  emit { case = "membw", kernel = "sgemv", b = 1, h = 1, lq = 0, lk = 0, e = 0, causal = false, ms = membw_ms,
-         gflops = 0.0, gbps = gbps, bytes = weight_bytes }
+  local flat = attn.randn(math.floor(weight_bytes / 4096), 1024)
+  local ones = attn.ones(1024, 1)
   local prompt = attn.tensor({ { 464, 3290, 4201, 345, 1, 50, 777, 20, 9, 30000, 12, 50257, 2, 3, 4, 5 } })
   local new_tokens = 32
-  local ms = best_ms("gpt2_decode", function()
+  local function decode(steps)
     attn.no_grad(function()
       model:reset_cache()
       local logits = model(prompt, { use_cache = true })
-      for _ = 1, new_tokens do
+      for _ = 1, steps do
         local next_id = attn.argmax(logits:select(2, logits:size(2)), 2, true)
         logits = model(next_id, { use_cache = true })
       end
     end)
-  end, opts.reps)
-  -- the prompt's forward timed alone, taken off: tokens_per_s is the decode steps'
-  local prefill_ms = best_ms("gpt2_decode prefill", function()
-    attn.no_grad(function()
-      model:reset_cache()
-      model(prompt, { use_cache = true })
-    end)
-  end, opts.reps)
+  end
+  -- membw, the whole decode and the prompt's forward alone (taken off:
+  -- tokens_per_s is the decode steps'), in interleaved rounds, best of each:
+  -- the memory speed of a shared machine drifts
+  local membw_ms, ms, prefill_ms = math.huge, math.huge, math.huge
+  local function timed(fn)
+    collectgarbage()
+    local t0 = attn.clock()
+    fn()
+    return (attn.clock() - t0) * 1000
+  end
+  decode(2) -- warm-up
+  local p = attn.progress(opts.reps, "gpt2_decode")
+  for _ = 1, opts.reps do
+    membw_ms = math.min(membw_ms, timed(function() attn.matmul(flat, ones) end))
+    ms = math.min(ms, timed(function() decode(new_tokens) end))
+    prefill_ms = math.min(prefill_ms, timed(function() decode(0) end))
+    p:step()
+  end
+  p:done()
+  local gbps = flat:numel() * 4.0 / (membw_ms * 1e6)
+  emit { case = "membw", kernel = "sgemv", b = 1, h = 1, lq = 0, lk = 0, e = 0, causal = false, ms = membw_ms,
+         gflops = 0.0, gbps = gbps, bytes = weight_bytes }
   local step_ms = (ms - prefill_ms) / new_tokens
   local tokens_per_s = 1000 / step_ms
   emit { case = "gpt2_decode", kernel = "GPTModel cached", b = 1, h = cfg.n_heads, lq = 1, lk = #prompt[1] + new_tokens,
