@@ -334,12 +334,18 @@ function M.from_pretrained(GPTModel, path)
     caller.error(("%s: %s: vocab %d or context %d exceeds 2^24 (ids are float32)"):format(FROM, file, V, P))
   end
 
-  -- everything checked: build (the global generator left as it was: the
-  -- random initial weights are all overwritten) and copy
-  local state = attn.get_rng_state()
-  local model = GPTModel({vocab_size = V, context_length = P, emb_dim = d, n_heads = H, n_layers = L,
-                          drop_rate = cfg and cfg.drop_rate or 0, qkv_bias = true})
-  attn.set_rng_state(state)
+  -- everything checked: build and copy. Every parameter is overwritten below,
+  -- so the constructor's random draws (uniform_, normal_: most of the time of
+  -- a 124M model's load) are skipped, which also leaves the global generator
+  -- as it was
+  local Tensor = attn.Tensor
+  local uniform_, normal_ = Tensor.uniform_, Tensor.normal_
+  local function undrawn(t) return t end
+  Tensor.uniform_, Tensor.normal_ = undrawn, undrawn
+  local built, model = pcall(GPTModel, {vocab_size = V, context_length = P, emb_dim = d, n_heads = H, n_layers = L,
+                                         drop_rate = cfg and cfg.drop_rate or 0, qkv_bias = true})
+  Tensor.uniform_, Tensor.normal_ = uniform_, normal_
+  if not built then error(model, 0) end
   local eps = cfg and cfg.eps or 1e-5
   attn.no_grad(function()
     model.tok_emb.weight:copy_(wte)
