@@ -89,13 +89,6 @@ local function top_p_filter(scaled, top_p)
   return scaled:masked_fill(drop:ne(0), -math.huge)
 end
 
--- the k-th largest value of each row of rows (a Lua list of lists)
-local function kth_largest(row, k)
-  local sorted = table.move(row, 1, #row, 1, {})
-  table.sort(sorted, function(a, b) return a > b end)
-  return sorted[math.min(k, #sorted)]
-end
-
 -- the number of elements of t that are NaN or +-inf (x - x is 0 only for finite x)
 local function count_nonfinite(t)
   return (t - t):ne(0):sum():item()
@@ -104,11 +97,8 @@ end
 -- last: [b, V] logits of the last position -> next ids [b, 1]
 local function pick(last, temperature, top_k, top_p, step)
   if top_k then
-    -- the book: logits below the k-th largest become -inf
-    local rows = last:totable()
-    local kth = {}
-    for i, row in ipairs(rows) do kth[i] = {kth_largest(row, top_k)} end
-    local threshold = attn.tensor(kth)            -- [b, 1]
+    -- the book: logits below the k-th largest (torch.topk's last) become -inf
+    local threshold = last:topk(top_k, 2):narrow(2, top_k, 1)   -- [b, 1]
     last = last:masked_fill(attn.lt(last, threshold), -math.huge)
   end
   if not temperature or temperature == 0 then
