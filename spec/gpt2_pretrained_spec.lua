@@ -141,6 +141,8 @@ describe("nn.GPTModel.from_pretrained", function()
     C.fails(function() GPTModel.from_pretrained("/nonexistent/gpt2") end, "attn.nn.GPTModel.from_pretrained",
       "/nonexistent/gpt2")
     C.fails(function() GPTModel.from_pretrained(42) end, "bad argument #1 'path'", "got number")
+    local empty = tmpdir()
+    C.fails(function() GPTModel.from_pretrained(empty) end, empty .. " is a folder without a model.safetensors file")
     C.fails(function() GPTModel:from_pretrained(DIR) end, "call it with '.', not ':'")
     local dir = tmpdir()
     write(dir .. "/model.safetensors", read(FILE))

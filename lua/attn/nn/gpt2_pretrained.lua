@@ -251,7 +251,11 @@ function M.from_pretrained(GPTModel, path)
   end
   local file, config_path = locate(path)
   local ok, raw = pcall(attn.load_safetensors, file)
-  if not ok then caller.error(("%s: %s"):format(FROM, (tostring(raw):gsub("^.-attn%.load_safetensors: ", "")))) end
+  if not ok then
+    local msg = tostring(raw):gsub("^.-attn%.load_safetensors: ", "")
+    if msg:find("(a directory)", 1, true) then msg = path .. " is a folder without a model.safetensors file" end
+    caller.error(("%s: %s"):format(FROM, msg))
+  end
   local w, from = hf_names(raw, file)
   local function key_of(name) return from[name] or name end
   local function need(name)
