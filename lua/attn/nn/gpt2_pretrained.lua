@@ -18,6 +18,9 @@ local caller = require "attn.caller"
 
 local M = {}
 
+-- JSON null (a value distinct from a missing key)
+local NULL = setmetatable({}, {__name = "json null"})
+
 local FROM = "attn.nn.GPTModel.from_pretrained"
 local SAVE = "GPTModel:save_pretrained"
 
@@ -96,7 +99,7 @@ local function json_decode(text, fname, path)
     elseif c == '"' then
       return str()
     end
-    for word, v in pairs({["true"] = true, ["false"] = false, null = M.null}) do
+    for word, v in pairs({["true"] = true, ["false"] = false, null = NULL}) do
       if text:sub(pos, pos + #word - 1) == word then pos = pos + #word; return v end
     end
     local num = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
@@ -110,8 +113,6 @@ local function json_decode(text, fname, path)
   return v
 end
 
--- JSON null (a value distinct from a missing key)
-M.null = setmetatable({}, {__name = "json null"})
 
 -- the shortest %g form that reads back as x
 local function json_number(x)
@@ -129,7 +130,7 @@ local function json_object(keys, obj)
   for _, k in ipairs(keys) do
     local v = obj[k]
     local s
-    if v == M.null then s = "null"
+    if v == NULL then s = "null"
     elseif type(v) == "boolean" then s = tostring(v)
     elseif type(v) == "number" then s = json_number(v)
     elseif type(v) == "table" then s = '[\n    "' .. table.concat(v, '",\n    "') .. '"\n  ]'
@@ -156,7 +157,7 @@ local function read_config(path)
   local text = read_file(path)
   if not text then return nil end
   local cfg = json_decode(text, FROM, path)
-  if type(cfg) ~= "table" or cfg == M.null or cfg[1] ~= nil then
+  if type(cfg) ~= "table" or cfg == NULL or cfg[1] ~= nil then
     caller.error(("%s: %s is not a JSON object (a Hugging Face config.json)"):format(FROM, path))
   end
   local function int(key, alt)
@@ -175,7 +176,7 @@ local function read_config(path)
     caller.error(("%s: %s: activation_function = %s is not GPT-2's (GPTModel has the tanh GELU: gelu_new)"):format(
       FROM, path, tostring(act)))
   end
-  if cfg.n_inner ~= nil and cfg.n_inner ~= M.null and out.n_embd and cfg.n_inner ~= 4 * out.n_embd then
+  if cfg.n_inner ~= nil and cfg.n_inner ~= NULL and out.n_embd and cfg.n_inner ~= 4 * out.n_embd then
     caller.error(("%s: %s: n_inner = %s is not 4 * n_embd (GPTModel's feed-forward width)"):format(
       FROM, path, tostring(cfg.n_inner)))
   end
@@ -432,7 +433,7 @@ function M.save_pretrained(model, dir)
   local config = {
     activation_function = "gelu_new", architectures = {"GPT2LMHeadModel"}, attn_pdrop = cfg.drop_rate,
     embd_pdrop = cfg.drop_rate, layer_norm_epsilon = model.final_norm.eps, model_type = "gpt2",
-    n_ctx = cfg.context_length, n_embd = d, n_head = cfg.n_heads, n_inner = M.null, n_layer = L,
+    n_ctx = cfg.context_length, n_embd = d, n_head = cfg.n_heads, n_inner = NULL, n_layer = L,
     n_positions = cfg.context_length, resid_pdrop = cfg.drop_rate, tie_word_embeddings = tied,
     vocab_size = cfg.vocab_size,
   }
@@ -445,7 +446,5 @@ function M.save_pretrained(model, dir)
   f:write(json_object(keys, config))
   f:close()
 end
-
-M.json_decode = json_decode
 
 return M
