@@ -3,7 +3,7 @@
 -- LIST is comma-separated from: fma_peak, sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
 -- options_bwd (each variant's cost on A's flash forward + backward),
--- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, tokenize (default: all). Each attention case runs every kernel
+-- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, tokenize, gpt2_decode (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -158,6 +158,16 @@ if wanted("C_causal") then
   end
 end
 
+-- GB/s of memory read by the fastest plain sum attn has: one OpenBLAS sgemv
+-- (t [rows, 1024] times ones) over about `bytes` bytes (t:sum() adds in one
+-- double chain: it times the adder, not memory)
+local function membw_gbps(label, bytes)
+  local flat = attn.randn(math.max(1, math.floor(bytes / 4096)), 1024)
+  local ones = attn.ones(1024, 1)
+  local ms = best_ms(label, function() attn.matmul(flat, ones) end, opts.reps)
+  return flat:numel() * 4.0 / (ms * 1e6), ms
+end
+
 -- decode / decode_gqa: one query row against a long KV cache (api.md section 5);
 -- gbps = bytes of K and V / time, beside a membw line: the same bytes summed
 -- row-wise by one OpenBLAS sgemv (t [rows, 1024] times ones), the fastest plain
@@ -167,11 +177,9 @@ if wanted("decode") or wanted("decode_gqa") then
   attn.manual_seed(0)
   local k, v = attn.randn(b, hkv, lk, e), attn.randn(b, hkv, lk, e)
   local bytes = 2.0 * b * hkv * lk * e * 4
-  local flat = attn.randn(2 * b * hkv * lk * e // 1024, 1024)
-  local ones = attn.ones(1024, 1)
-  local ms = best_ms("membw", function() attn.matmul(flat, ones) end, opts.reps)
+  local gbps, ms = membw_gbps("membw", bytes)
   emit { case = "membw", kernel = "sgemv", b = b, h = hkv, lq = 0, lk = lk, e = e, causal = false, ms = ms,
-         gflops = 0.0, gbps = bytes / (ms * 1e6) }
+         gflops = 0.0, gbps = gbps }
   for _, c in ipairs { { "decode", hkv, false }, { "decode_gqa", 4 * hkv, true } } do
     if wanted(c[1]) then
       local q = attn.randn(b, c[2], 1, e)
@@ -419,4 +427,66 @@ if wanted("tokenize") then
   local ms = best_ms("tokenize", function() n = #tok:encode(text, { disallowed_special = {} }) end, opts.reps)
   emit { case = "tokenize", kernel = "gpt2 bpe", threads = 1, ms = ms, bytes = #text, tokens = n,
          mb_per_s = #text / (ms * 1000), load_ms = load_ms }
+end
+
+-- gpt2_decode: KV-cache greedy decoding of one sequence by GPT-2 124M's
+-- configuration (vocab 50257, context 1024, emb 768, 12 heads, 12 layers,
+-- qkv biases, out_head tied to tok_emb as GPT-2) with random weights: a
+-- 16-token prompt, then `new_tokens` steps of one token each (the model's
+-- cached forward and argmax), timed together. Each step reads every weight
+-- once (the blocks' matrices and the tied [vocab, emb] output head: the
+-- `weight_bytes`), so the fastest step memory allows is weight_bytes / membw,
+-- with membw measured in the same rounds over the same bytes (a `membw` line);
+-- of_membw_limit = tokens_per_s * weight_bytes / membw (1 = at the limit).
+if wanted("gpt2_decode") then
+  local cfg = { vocab_size = 50257, context_length = 1024, emb_dim = 768, n_heads = 12, n_layers = 12, drop_rate = 0,
+                qkv_bias = true }
+  attn.manual_seed(0)
+  local model = attn.nn.GPTModel(cfg)
+  model.out_head.weight = model.tok_emb.weight
+  model:eval()
+  -- every parameter but the position table (one row per token) is read per step
+  local weight_bytes = 4.0 * (model:num_parameters() - model.pos_emb.weight:numel())
+  local flat = attn.randn(math.floor(weight_bytes / 4096), 1024)
+  local ones = attn.ones(1024, 1)
+  local prompt = attn.tensor({ { 464, 3290, 4201, 345, 1, 50, 777, 20, 9, 30000, 12, 50257, 2, 3, 4, 5 } })
+  local new_tokens = 32
+  local function decode(steps)
+    attn.no_grad(function()
+      model:reset_cache()
+      local logits = model(prompt, { use_cache = true })
+      for _ = 1, steps do
+        local next_id = attn.argmax(logits:select(2, logits:size(2)), 2, true)
+        logits = model(next_id, { use_cache = true })
+      end
+    end)
+  end
+  -- membw, the whole decode and the prompt's forward alone (taken off:
+  -- tokens_per_s is the decode steps'), in interleaved rounds, best of each:
+  -- the memory speed of a shared machine drifts
+  local membw_ms, ms, prefill_ms = math.huge, math.huge, math.huge
+  local function timed(fn)
+    collectgarbage()
+    local t0 = attn.clock()
+    fn()
+    return (attn.clock() - t0) * 1000
+  end
+  decode(2) -- warm-up
+  local p = attn.progress(opts.reps, "gpt2_decode")
+  for _ = 1, opts.reps do
+    membw_ms = math.min(membw_ms, timed(function() attn.matmul(flat, ones) end))
+    ms = math.min(ms, timed(function() decode(new_tokens) end))
+    prefill_ms = math.min(prefill_ms, timed(function() decode(0) end))
+    p:step()
+  end
+  p:done()
+  local gbps = flat:numel() * 4.0 / (membw_ms * 1e6)
+  emit { case = "membw", kernel = "sgemv", b = 1, h = 1, lq = 0, lk = 0, e = 0, causal = false, ms = membw_ms,
+         gflops = 0.0, gbps = gbps, bytes = weight_bytes }
+  local step_ms = (ms - prefill_ms) / new_tokens
+  local tokens_per_s = 1000 / step_ms
+  emit { case = "gpt2_decode", kernel = "GPTModel cached", b = 1, h = cfg.n_heads, lq = 1, lk = #prompt[1] + new_tokens,
+         e = cfg.emb_dim // cfg.n_heads, causal = true, ms = ms, prefill_ms = prefill_ms, step_ms = step_ms,
+         tokens_per_s = tokens_per_s, weight_bytes = weight_bytes, membw_gbps = gbps,
+         of_membw_limit = tokens_per_s * weight_bytes / (gbps * 1e9) }
 end

@@ -209,7 +209,7 @@ describe("attn.generate", function()
     C.fails(function() attn.generate(m, p, 3, {top_k = 0}) end, "bad option 'top_k'")
     C.fails(function() attn.generate(m, p, 3, {top_k = 300}) end, "at most vocab_size = 256")
     C.fails(function() attn.generate(m, p, 3, {topk = 3}) end, "unknown option 'topk'")
-    C.fails(function() attn.generate(m, attn.tensor({{0, 2}}), 3) end, "GPTModel:forward", "out of range")
+    C.fails(function() attn.generate(m, attn.tensor({{0, 2}}), 3) end, "attn.generate: bad argument #2 'idx'", "1..vocab_size = 256, got 0")
   end)
 end)
 

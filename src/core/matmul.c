@@ -34,11 +34,23 @@ int attn_blas_threads(void) { return openblas_get_num_threads(); }
 #define MIN_TILES 8
 #define MIN_TILE 64
 #define SPLIT_MACS (1 << 23)
+/* OpenBLAS (0.3.21, SkylakeX) takes sgemm products of at most 100^3
+ * multiply-adds to its small-matrix kernels */
+#define GEMV_TILE_MACS 1000000
 
 /* The tile of an [m, n] product over k: by the sizes alone (not the batch or
  * the threads), so attn_matmul and attn_gemm cut a product the same way. */
 static void tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tm, int64_t *tn) {
   int64_t rows = TILE_M, cols = TILE_N;
+  if (m == 1) {
+    /* one row (a decoding step's Linear layers): every weight is read once,
+     * so the time is memory traffic; a tile of up to GEMV_TILE_MACS goes to
+     * OpenBLAS's small-matrix kernel, which reads the weight in place, where
+     * a larger one is first packed (copied) by sgemm, doubling the traffic */
+    while (cols > MIN_TILE && (double)cols * (double)k > (double)GEMV_TILE_MACS) cols /= 2;
+    *tm = rows, *tn = cols;
+    return;
+  }
   if ((double)m * (double)n * (double)k >= (double)SPLIT_MACS) {
     while (rows > MIN_TILE && ((m + rows - 1) / rows) * ((n + cols - 1) / cols) < MIN_TILES) rows /= 2;
     while (cols > MIN_TILE && ((m + rows - 1) / rows) * ((n + cols - 1) / cols) < MIN_TILES) cols /= 2;

@@ -115,6 +115,15 @@ static void sample_without_replacement(attn_generator *g, const float *p, int64_
     scratch[j].key = p[j] / e;
     scratch[j].index = (int32_t)j;
   }
+  if (n == 1) {
+    /* one sample (every generation step): the first key in the sort's order
+     * (a total order: equal keys by index), found without sorting the row */
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; j++)
+      if (by_key_desc(&scratch[j], &scratch[best]) < 0) best = j;
+    out[0] = (float)(scratch[best].index + 1);
+    return;
+  }
   qsort(scratch, (size_t)k, sizeof *scratch, by_key_desc);
   for (int64_t s = 0; s < n; s++) out[s] = (float)(scratch[s].index + 1);
 }

@@ -14,6 +14,22 @@
 -- With use_cache the tokens continue the ones cached since `reset_cache()`
 -- (positions P+1..P+n) and the logits equal those rows of the uncached
 -- forward over the whole sequence. See attn.generate.
+--
+-- `GPTModel.from_pretrained(path)`: Hugging Face GPT-2 weights (its
+-- `model.safetensors`, the file or its folder, with the `config.json` beside
+-- it when there is one) as a GPTModel in eval mode, qkv_bias = true,
+-- `out_head` tied to `tok_emb` (one tensor; a file with its own, different
+-- `lm_head.weight` keeps it), LayerNorm eps and drop_rate (resid_pdrop) from
+-- config.json. Keys with or without the `transformer.` prefix; the causal-mask
+-- buffers `h.N.attn.bias` / `attn.masked_bias` are ignored. Without
+-- config.json the sizes come from the shapes and n_head = emb / 64 (GPT-2's
+-- head size at every size). A missing, unexpected or misshapen tensor is an
+-- error naming its key, raised before anything is built. The logits equal
+-- Hugging Face's GPT2LMHeadModel's to float32 rounding.
+-- `model:save_pretrained(dir)`: writes dir/model.safetensors (that layout,
+-- no prefix, F32, names sorted, no mask buffers; lm_head.weight only when
+-- out_head differs from tok_emb) and dir/config.json; dir must exist.
+-- Saving what from_pretrained loaded gives the same bytes.
 -- @classmod attn.nn.GPTModel
 local attn = require "attn"
 local caller = require "attn.caller"
@@ -145,5 +161,13 @@ function GPTModel:reset_cache()
   self.cache_len, self.cache_batch = 0, nil
   for i = 1, #self.trf_blocks do self.trf_blocks[i]:reset_cache() end
 end
+
+local pretrained = require "attn.nn.gpt2_pretrained"
+
+--- A GPTModel holding Hugging Face GPT-2 weights (see above).
+function GPTModel.from_pretrained(path) return pretrained.from_pretrained(GPTModel, path) end
+
+--- Writes dir/model.safetensors and dir/config.json in Hugging Face's GPT-2 layout (see above).
+function GPTModel:save_pretrained(dir) return pretrained.save_pretrained(self, dir) end
 
 return GPTModel
