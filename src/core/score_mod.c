@@ -1,0 +1,570 @@
+/* Scriptable scores evaluated in C (src/core/score_mod.h): the program a
+ * traced score_mod or mask_mod compiles to (lua/attn/score_mod.lua), run
+ * over the kernels' score tiles from attn_sdpa_modify_tile (forward, every
+ * kernel) and from the backward's tiles (src/core/sdpa_backward.c).
+ *
+ * Interpretation costs per tile line, not per element: a tile is cut into
+ * lines along its contiguous direction (query rows for flash's transposed
+ * tiles, keys for the row-major ones) of at most LINE elements, and the
+ * program runs one instruction at a time over a line. A value that does not
+ * vary along the line (it reads neither the score nor the line's varying
+ * position: h, q - 1 on a key line, a gather by them) is computed once as a
+ * scalar, and broadcast only when a varying value reads it. Every value
+ * lives in a fixed stack array (ATTN_SMOD_MAX_INSNS x LINE floats): no
+ * allocation, no function pointer per element, no Lua.
+ *
+ * Numbers as PyTorch 1.13 computes the same elementwise expression in
+ * float32: positions are exact float32 integers (below 2^24), constants are
+ * rounded to float32 (a Python scalar in a float32 op), + - * / and
+ * comparisons are IEEE float32, floor ceil sign abs clamp minimum maximum
+ * where as torch (NaN propagates through minimum, maximum and clamp; sign of
+ * NaN is 0), pow with torch's special exponents (2, 3, 0.5, -0.5, -1, -2)
+ * and powf otherwise, sigmoid = 1 / (1 + exp(-x)). exp, log, sqrt, sin, cos
+ * are glibc's (expf, logf, sinf, cosf: within 1 ulp, as torch's Sleef
+ * kernels; they may differ from torch in the last bit). tanh is the
+ * softcap's (attn_sdpa_tanh: 4.1e-7 absolute), so `(s / c):tanh() * c` gives
+ * the bits of the built-in softcap = c.
+ *
+ * The backward runs the program forward over a row, then its adjoint in
+ * reverse (torch 1.13's derivative formulas: tanh 1 - y^2, sigmoid
+ * (1 - y) y, minimum/maximum halved on ties, clamp by its bounds, where by
+ * its condition, floor ceil sign 0), giving the score's gradient and the
+ * gathers' gradients scattered into a buffer of the caller's (one per work
+ * chunk, reduced in a fixed order: sdpa_backward.c). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "score_mod.h"
+#include "sdpa_common.h"
+
+#define LINE 64
+
+static int n_operands(int op) {
+  switch (op) {
+  case ATTN_SMOD_SCORE: case ATTN_SMOD_B: case ATTN_SMOD_H: case ATTN_SMOD_Q: case ATTN_SMOD_K:
+  case ATTN_SMOD_CONST: case ATTN_SMOD_GATHER:
+    return 0;
+  case ATTN_SMOD_ADD: case ATTN_SMOD_SUB: case ATTN_SMOD_MUL: case ATTN_SMOD_DIV: case ATTN_SMOD_MIN:
+  case ATTN_SMOD_MAX: case ATTN_SMOD_LT: case ATTN_SMOD_LE: case ATTN_SMOD_GT: case ATTN_SMOD_GE:
+  case ATTN_SMOD_EQ: case ATTN_SMOD_NE: case ATTN_SMOD_AND: case ATTN_SMOD_OR:
+    return 2;
+  case ATTN_SMOD_CLAMP: case ATTN_SMOD_WHERE:
+    return 3;
+  default:
+    return 1;
+  }
+}
+
+attn_status attn_score_mod_finish(attn_score_mod *m) {
+  if (m->n < 1 || m->n > ATTN_SMOD_MAX_INSNS)
+    return attn_fail(ATTN_EARG, "a score program has 1 to %d instructions, got %d", ATTN_SMOD_MAX_INSNS, m->n);
+  if (m->ntables < 0 || m->ntables > ATTN_SMOD_MAX_TABLES)
+    return attn_fail(ATTN_EARG, "a score program reads at most %d tables, got %d", ATTN_SMOD_MAX_TABLES, m->ntables);
+  for (int i = 0; i < m->n; i++) {
+    attn_smod_insn *in = &m->code[i];
+    if (in->op < 0 || in->op >= ATTN_SMOD_NOPS) return attn_fail(ATTN_EARG, "instruction %d: bad opcode %d", i, in->op);
+    if (in->op == ATTN_SMOD_SCORE && m->is_mask) return attn_fail(ATTN_EARG, "a mask program has no score");
+    int no = n_operands(in->op), ops[3] = {in->a, in->b, in->c};
+    unsigned deps = 0;
+    for (int o = 0; o < no; o++) {
+      if (ops[o] < 0 || ops[o] >= i) return attn_fail(ATTN_EARG, "instruction %d: bad operand %d", i, ops[o]);
+      deps |= m->code[ops[o]].deps;
+    }
+    switch (in->op) {
+    case ATTN_SMOD_SCORE: deps = ATTN_SMOD_DEP_S; break;
+    case ATTN_SMOD_B: deps = ATTN_SMOD_DEP_B; break;
+    case ATTN_SMOD_H: deps = ATTN_SMOD_DEP_H; break;
+    case ATTN_SMOD_Q: deps = ATTN_SMOD_DEP_Q; break;
+    case ATTN_SMOD_K: deps = ATTN_SMOD_DEP_K; break;
+    case ATTN_SMOD_GATHER:
+      if (in->tbl < 0 || in->tbl >= m->ntables) return attn_fail(ATTN_EARG, "instruction %d: bad table %d", i, in->tbl);
+      if (in->nd != m->tables[in->tbl].ndim || in->nd < 1 || in->nd > ATTN_MAX_DIMS)
+        return attn_fail(ATTN_EARG, "instruction %d: %d indices for a table of %d dims", i, in->nd,
+                         m->tables[in->tbl].ndim);
+      for (int d = 0; d < in->nd; d++) {
+        if (in->ix[d] < 0 || in->ix[d] >= i) return attn_fail(ATTN_EARG, "instruction %d: bad index %d", i, in->ix[d]);
+        deps |= m->code[in->ix[d]].deps;
+      }
+      break;
+    default: break;
+    }
+    in->deps = deps;
+  }
+  return ATTN_OK;
+}
+
+/* ------------------------------------------------------------ intervals */
+
+typedef struct span {
+  double lo, hi;
+} span;
+
+static const span FULL = {-INFINITY, INFINITY};
+
+/* a span whose ends may be NaN (inf - inf, 0 * inf) made safe: all reals */
+static span fix(span s) { return (isnan(s.lo) || isnan(s.hi)) ? FULL : s; }
+
+static span mul_span(span a, span b) {
+  double p[4] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
+  span r = {p[0], p[0]};
+  for (int i = 0; i < 4; i++) {
+    if (isnan(p[i])) return FULL;
+    r.lo = p[i] < r.lo ? p[i] : r.lo;
+    r.hi = p[i] > r.hi ? p[i] : r.hi;
+  }
+  return r;
+}
+
+attn_status attn_score_mod_check(const attn_score_mod *m, const char *what, int64_t nb, int64_t nh, int64_t lq,
+                                 int64_t lk) {
+  span v[ATTN_SMOD_MAX_INSNS];
+  for (int i = 0; i < m->n; i++) {
+    const attn_smod_insn *in = &m->code[i];
+    span a = in->a >= 0 ? v[in->a] : FULL, b = in->b >= 0 ? v[in->b] : FULL, c = in->c >= 0 ? v[in->c] : FULL, r = FULL;
+    switch (in->op) {
+    case ATTN_SMOD_B: r = (span){1, (double)nb}; break;
+    case ATTN_SMOD_H: r = (span){1, (double)nh}; break;
+    case ATTN_SMOD_Q: r = (span){1, (double)lq}; break;
+    case ATTN_SMOD_K: r = (span){1, (double)lk}; break;
+    case ATTN_SMOD_CONST: r = (span){in->k, in->k}; break;
+    case ATTN_SMOD_ADD: r = (span){a.lo + b.lo, a.hi + b.hi}; break;
+    case ATTN_SMOD_SUB: r = (span){a.lo - b.hi, a.hi - b.lo}; break;
+    case ATTN_SMOD_MUL: r = mul_span(a, b); break;
+    case ATTN_SMOD_DIV:
+      if (b.lo > 0 || b.hi < 0) r = mul_span(a, (span){1 / b.hi, 1 / b.lo});
+      break;
+    case ATTN_SMOD_NEG: r = (span){-a.hi, -a.lo}; break;
+    case ATTN_SMOD_ABS:
+      r = a.lo >= 0 ? a : a.hi <= 0 ? (span){-a.hi, -a.lo} : (span){0, -a.lo > a.hi ? -a.lo : a.hi};
+      break;
+    case ATTN_SMOD_EXP: r = (span){exp(a.lo), exp(a.hi)}; break;
+    case ATTN_SMOD_LOG:
+      if (a.lo >= 0) r = (span){log(a.lo), log(a.hi)};
+      break;
+    case ATTN_SMOD_SQRT:
+      if (a.lo >= 0) r = (span){sqrt(a.lo), sqrt(a.hi)};
+      break;
+    case ATTN_SMOD_TANH: case ATTN_SMOD_SIN: case ATTN_SMOD_COS: case ATTN_SMOD_SIGN: r = (span){-1, 1}; break;
+    case ATTN_SMOD_SIGMOID: r = (span){0, 1}; break;
+    case ATTN_SMOD_FLOOR: r = (span){floor(a.lo), floor(a.hi)}; break;
+    case ATTN_SMOD_CEIL: r = (span){ceil(a.lo), ceil(a.hi)}; break;
+    case ATTN_SMOD_CLAMP: {
+      span t = {a.lo > b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi};
+      r = (span){t.lo < c.lo ? t.lo : c.lo, t.hi < c.hi ? t.hi : c.hi};
+      break;
+    }
+    case ATTN_SMOD_MIN: r = (span){a.lo < b.lo ? a.lo : b.lo, a.hi < b.hi ? a.hi : b.hi}; break;
+    case ATTN_SMOD_MAX: r = (span){a.lo > b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi}; break;
+    case ATTN_SMOD_LT: case ATTN_SMOD_LE: case ATTN_SMOD_GT: case ATTN_SMOD_GE: case ATTN_SMOD_EQ:
+    case ATTN_SMOD_NE: case ATTN_SMOD_AND: case ATTN_SMOD_OR: case ATTN_SMOD_NOT:
+      r = (span){0, 1};
+      break;
+    case ATTN_SMOD_WHERE: r = (span){b.lo < c.lo ? b.lo : c.lo, b.hi > c.hi ? b.hi : c.hi}; break;
+    case ATTN_SMOD_GATHER: {
+      const attn_smod_table *t = &m->tables[in->tbl];
+      for (int d = 0; d < in->nd; d++) {
+        span ix = v[in->ix[d]];
+        if (!(ix.lo >= 1 && ix.hi <= (double)t->size[d])) {
+          char lo[32], hi[32];
+          snprintf(lo, sizeof lo, "%.17g", ix.lo);
+          snprintf(hi, sizeof hi, "%.17g", ix.hi);
+          return attn_fail(ATTN_EARG,
+                           "%s: index %d of captured tensor #%d (size %lld along it) may range over [%s, %s] for "
+                           "b in [1, %lld], h in [1, %lld], q in [1, %lld], k in [1, %lld]: out of range (expected "
+                           "1..%lld; clamp it, e.g. with :clamp(1, %lld))",
+                           what, d + 1, in->tbl + 1, (long long)t->size[d], lo, hi, (long long)nb, (long long)nh,
+                           (long long)lq, (long long)lk, (long long)t->size[d], (long long)t->size[d]);
+        }
+      }
+      /* the values' range, read (only a gather whose value becomes an index needs it; it costs one pass) */
+      int64_t idx[ATTN_MAX_DIMS] = {0}, n = 1;
+      for (int d = 0; d < t->ndim; d++) n *= t->size[d];
+      double lo = INFINITY, hi = -INFINITY;
+      int has_nan = 0;
+      for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0;
+        for (int d = 0; d < t->ndim; d++) off += idx[d] * t->stride[d];
+        double x = t->data[off];
+        if (isnan(x)) has_nan = 1;
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+        for (int d = t->ndim - 1; d >= 0; d--) {
+          if (++idx[d] < t->size[d]) break;
+          idx[d] = 0;
+        }
+      }
+      r = has_nan ? FULL : (span){lo, hi};
+      break;
+    }
+    default: break;
+    }
+    v[i] = fix(r);
+  }
+  return ATTN_OK;
+}
+
+/* ------------------------------------------------------------ evaluation */
+
+static inline float f_min(float x, float y) { return (x != x || y != y) ? x + y : (y < x ? y : x); }
+static inline float f_max(float x, float y) { return (x != x || y != y) ? x + y : (x < y ? y : x); }
+static inline float f_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
+static inline float f_pow(float x, float k) {
+  if (k == 2.0f) return x * x;
+  if (k == 3.0f) return x * x * x;
+  if (k == 0.5f) return sqrtf(x);
+  if (k == -0.5f) return 1.0f / sqrtf(x);
+  if (k == -1.0f) return 1.0f / x;
+  if (k == -2.0f) return 1.0f / (x * x);
+  return powf(x, k);
+}
+
+/* one scalar op on operand values x, y, z (the same as the vector loops) */
+static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const float *v) {
+  float x = in->a >= 0 ? v[in->a] : 0.0f, y = in->b >= 0 ? v[in->b] : 0.0f, z = in->c >= 0 ? v[in->c] : 0.0f;
+  switch (in->op) {
+  case ATTN_SMOD_CONST: return in->k;
+  case ATTN_SMOD_ADD: return x + y;
+  case ATTN_SMOD_SUB: return x - y;
+  case ATTN_SMOD_MUL: return x * y;
+  case ATTN_SMOD_DIV: return x / y;
+  case ATTN_SMOD_NEG: return -x;
+  case ATTN_SMOD_POW: return f_pow(x, in->k);
+  case ATTN_SMOD_ABS: return fabsf(x);
+  case ATTN_SMOD_EXP: return expf(x);
+  case ATTN_SMOD_LOG: return logf(x);
+  case ATTN_SMOD_SQRT: return sqrtf(x);
+  case ATTN_SMOD_TANH: return attn_sdpa_tanh(x);
+  case ATTN_SMOD_SIGMOID: return 1.0f / (1.0f + expf(-x));
+  case ATTN_SMOD_SIN: return sinf(x);
+  case ATTN_SMOD_COS: return cosf(x);
+  case ATTN_SMOD_FLOOR: return floorf(x);
+  case ATTN_SMOD_CEIL: return ceilf(x);
+  case ATTN_SMOD_SIGN: return f_sign(x);
+  case ATTN_SMOD_CLAMP: return f_min(f_max(x, y), z);
+  case ATTN_SMOD_MIN: return f_min(x, y);
+  case ATTN_SMOD_MAX: return f_max(x, y);
+  case ATTN_SMOD_LT: return (float)(x < y);
+  case ATTN_SMOD_LE: return (float)(x <= y);
+  case ATTN_SMOD_GT: return (float)(x > y);
+  case ATTN_SMOD_GE: return (float)(x >= y);
+  case ATTN_SMOD_EQ: return (float)(x == y);
+  case ATTN_SMOD_NE: return (float)(x != y);
+  case ATTN_SMOD_AND: return (float)(x != 0.0f && y != 0.0f);
+  case ATTN_SMOD_OR: return (float)(x != 0.0f || y != 0.0f);
+  case ATTN_SMOD_NOT: return (float)(x == 0.0f);
+  case ATTN_SMOD_WHERE: return x != 0.0f ? y : z;
+  case ATTN_SMOD_GATHER: {
+    const attn_smod_table *t = &m->tables[in->tbl];
+    int64_t off = 0;
+    for (int d = 0; d < in->nd; d++) off += ((int64_t)v[in->ix[d]] - 1) * t->stride[d];
+    return t->data[off];
+  }
+  default: return 0.0f;
+  }
+}
+
+/* The values of one line of n elements: element j at positions (b, h, q0 + j
+ * dq, k0 + j dk) (1-based, as floats), score[j] (NULL for a mask). Varying
+ * values go to vec, the others to sc; with `all`, every value ends in vec. */
+typedef struct line_vals {
+  float sc[ATTN_SMOD_MAX_INSNS];
+  float vec[ATTN_SMOD_MAX_INSNS][LINE];
+  unsigned char in_vec[ATTN_SMOD_MAX_INSNS];
+} line_vals;
+
+#define VEC_LOOP(expr)                                                                                                \
+  do {                                                                                                                \
+    _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                                 \
+      float x = X[j], y = Y[j], z = Z[j];                                                                             \
+      (void)x, (void)y, (void)z;                                                                                      \
+      out[j] = (expr);                                                                                                \
+    }                                                                                                                 \
+  } while (0)
+
+static void broadcast(line_vals *lv, int o, int n) {
+  if (lv->in_vec[o]) return;
+  float x = lv->sc[o];
+  for (int j = 0; j < n; j++) lv->vec[o][j] = x;
+  lv->in_vec[o] = 1;
+}
+
+static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, float q0, float dq, float k0, float dk,
+                      int n, const float *score, int all, line_vals *lv) {
+  static const float zeros[LINE];
+  for (int i = 0; i < m->n; i++) {
+    const attn_smod_insn *in = &m->code[i];
+    lv->in_vec[i] = 0;
+    if (!(in->deps & vary)) {
+      switch (in->op) {
+      case ATTN_SMOD_B: lv->sc[i] = b; break;
+      case ATTN_SMOD_H: lv->sc[i] = h; break;
+      case ATTN_SMOD_Q: lv->sc[i] = q0; break;
+      case ATTN_SMOD_K: lv->sc[i] = k0; break;
+      default: lv->sc[i] = scalar_op(m, in, lv->sc); break;
+      }
+      if (all) broadcast(lv, i, n);
+      continue;
+    }
+    float *out = lv->vec[i];
+    lv->in_vec[i] = 1;
+    int no = n_operands(in->op);
+    if (no >= 1) broadcast(lv, in->a, n);
+    if (no >= 2) broadcast(lv, in->b, n);
+    if (no >= 3) broadcast(lv, in->c, n);
+    const float *X = no >= 1 ? lv->vec[in->a] : zeros, *Y = no >= 2 ? lv->vec[in->b] : zeros,
+                *Z = no >= 3 ? lv->vec[in->c] : zeros;
+    switch (in->op) {
+    case ATTN_SMOD_SCORE: memcpy(out, score, (size_t)n * sizeof(float)); break;
+    case ATTN_SMOD_Q: for (int j = 0; j < n; j++) out[j] = q0 + (float)j * dq; break;
+    case ATTN_SMOD_K: for (int j = 0; j < n; j++) out[j] = k0 + (float)j * dk; break;
+    case ATTN_SMOD_ADD: VEC_LOOP(x + y); break;
+    case ATTN_SMOD_SUB: VEC_LOOP(x - y); break;
+    case ATTN_SMOD_MUL: VEC_LOOP(x * y); break;
+    case ATTN_SMOD_DIV: VEC_LOOP(x / y); break;
+    case ATTN_SMOD_NEG: VEC_LOOP(-x); break;
+    case ATTN_SMOD_ABS: VEC_LOOP(fabsf(x)); break;
+    case ATTN_SMOD_TANH: attn_sdpa_tanh_vec(X, out, n); break;
+    case ATTN_SMOD_FLOOR: VEC_LOOP(floorf(x)); break;
+    case ATTN_SMOD_CEIL: VEC_LOOP(ceilf(x)); break;
+    case ATTN_SMOD_SIGN: VEC_LOOP(f_sign(x)); break;
+    case ATTN_SMOD_CLAMP: VEC_LOOP(f_min(f_max(x, y), z)); break;
+    case ATTN_SMOD_MIN: VEC_LOOP(f_min(x, y)); break;
+    case ATTN_SMOD_MAX: VEC_LOOP(f_max(x, y)); break;
+    case ATTN_SMOD_LT: VEC_LOOP((float)(x < y)); break;
+    case ATTN_SMOD_LE: VEC_LOOP((float)(x <= y)); break;
+    case ATTN_SMOD_GT: VEC_LOOP((float)(x > y)); break;
+    case ATTN_SMOD_GE: VEC_LOOP((float)(x >= y)); break;
+    case ATTN_SMOD_EQ: VEC_LOOP((float)(x == y)); break;
+    case ATTN_SMOD_NE: VEC_LOOP((float)(x != y)); break;
+    case ATTN_SMOD_AND: VEC_LOOP((float)(x != 0.0f && y != 0.0f)); break;
+    case ATTN_SMOD_OR: VEC_LOOP((float)(x != 0.0f || y != 0.0f)); break;
+    case ATTN_SMOD_NOT: VEC_LOOP((float)(x == 0.0f)); break;
+    case ATTN_SMOD_WHERE: VEC_LOOP(x != 0.0f ? y : z); break;
+    case ATTN_SMOD_GATHER: {
+      const attn_smod_table *t = &m->tables[in->tbl];
+      int64_t base = 0, step[ATTN_MAX_DIMS];
+      const float *iv[ATTN_MAX_DIMS];
+      int nv = 0;
+      for (int d = 0; d < in->nd; d++) {
+        int o = in->ix[d];
+        if (lv->in_vec[o]) {
+          iv[nv] = lv->vec[o];
+          step[nv++] = t->stride[d];
+        } else {
+          base += ((int64_t)lv->sc[o] - 1) * t->stride[d];
+        }
+      }
+      const float *data = t->data + base;
+      if (nv == 1) {
+        const float *i0 = iv[0];
+        int64_t s0 = step[0];
+        for (int j = 0; j < n; j++) out[j] = data[((int64_t)i0[j] - 1) * s0];
+      } else {
+        for (int j = 0; j < n; j++) {
+          int64_t off = 0;
+          for (int d = 0; d < nv; d++) off += ((int64_t)iv[d][j] - 1) * step[d];
+          out[j] = data[off];
+        }
+      }
+      break;
+    }
+    case ATTN_SMOD_EXP: VEC_LOOP(expf(x)); break;
+    case ATTN_SMOD_LOG: VEC_LOOP(logf(x)); break;
+    case ATTN_SMOD_SQRT: VEC_LOOP(sqrtf(x)); break;
+    case ATTN_SMOD_SIGMOID: VEC_LOOP(1.0f / (1.0f + expf(-x))); break;
+    case ATTN_SMOD_SIN: VEC_LOOP(sinf(x)); break;
+    case ATTN_SMOD_COS: VEC_LOOP(cosf(x)); break;
+    case ATTN_SMOD_POW: {
+      float k = in->k;
+      VEC_LOOP(f_pow(x, k));
+      break;
+    }
+    default: break;
+    }
+  }
+}
+
+void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t k0,
+                         int64_t nk, float *s, int64_t rs, int64_t cs) {
+  line_vals lv;
+  int along_q = rs == 1 && ni > 1 && cs != 1; /* flash's transposed tiles: lines of query rows */
+  unsigned vary = ATTN_SMOD_DEP_S | (along_q ? ATTN_SMOD_DEP_Q : ATTN_SMOD_DEP_K);
+  int64_t nlines = along_q ? nk : ni, len = along_q ? ni : nk;
+  int64_t ls = along_q ? cs : rs, es = along_q ? rs : cs; /* line stride, element stride */
+  float buf[LINE];
+  for (int64_t l = 0; l < nlines; l++) {
+    float *line = s + l * ls;
+    for (int64_t j0 = 0; j0 < len; j0 += LINE) {
+      int n = (int)(len - j0 < LINE ? len - j0 : LINE);
+      float *e = line + j0 * es;
+      const float *score = e;
+      if (!m->is_mask && es != 1) {
+        for (int j = 0; j < n; j++) buf[j] = e[j * es];
+        score = buf;
+      }
+      float q = (float)(along_q ? i0 + j0 : i0 + l) + 1.0f, k = (float)(along_q ? k0 + l : k0 + j0) + 1.0f;
+      eval_line(m, vary, (float)b + 1.0f, (float)h + 1.0f, q, along_q ? 1.0f : 0.0f, k, along_q ? 0.0f : 1.0f, n,
+                score, 0, &lv);
+      int last = m->n - 1;
+      if (!lv.in_vec[last]) { /* constant along the line */
+        float x = lv.sc[last];
+        if (m->is_mask) {
+          if (x == 0.0f)
+            for (int j = 0; j < n; j++) e[j * es] = -INFINITY;
+        } else {
+          for (int j = 0; j < n; j++) e[j * es] = x;
+        }
+        continue;
+      }
+      const float *r = lv.vec[last];
+      if (m->is_mask) {
+        for (int j = 0; j < n; j++)
+          if (r[j] == 0.0f) e[j * es] = -INFINITY;
+      } else if (es == 1) {
+        memcpy(e, r, (size_t)n * sizeof(float));
+      } else {
+        for (int j = 0; j < n; j++) e[j * es] = r[j];
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------ backward */
+
+int64_t attn_score_mod_grad_floats(const attn_score_mod *m, int64_t *off) {
+  int64_t total = 0;
+  for (int t = 0; t < m->ntables; t++) {
+    off[t] = -1;
+    if (!m->tables[t].grad) continue;
+    off[t] = total;
+    int64_t n = 1;
+    for (int d = 0; d < m->tables[t].ndim; d++) n *= m->tables[t].size[d];
+    total += n;
+  }
+  return total;
+}
+
+/* adjoint loops: acc[j] += (expr) over the line */
+#define ADJ_LOOP(acc, expr)                                                                                           \
+  do {                                                                                                                \
+    float *acc_ = (acc);                                                                                              \
+    for (int j = 0; j < n; j++) {                                                                                     \
+      float g = A[j], x = X[j], y = Y[j], z = Z[j], r = R[j];                                                         \
+      (void)g, (void)x, (void)y, (void)z, (void)r;                                                                    \
+      acc_[j] += (expr);                                                                                              \
+    }                                                                                                                 \
+  } while (0)
+
+/* the operands that carry an adjoint (gathers' and comparisons' indices do not) */
+static int propagates(int op) {
+  return !(op == ATTN_SMOD_GATHER || (op >= ATTN_SMOD_LT && op <= ATTN_SMOD_NOT) || op == ATTN_SMOD_FLOOR ||
+           op == ATTN_SMOD_CEIL || op == ATTN_SMOD_SIGN);
+}
+
+void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t nk,
+                                 const float *pre, float *ds, float *gbuf, const int64_t *off) {
+  line_vals lv;
+  float adj[ATTN_SMOD_MAX_INSNS][LINE];
+  unsigned char need[ATTN_SMOD_MAX_INSNS];
+  int score_at = -1;
+  for (int t = 0; t < m->n; t++) {
+    const attn_smod_insn *in = &m->code[t];
+    int no = n_operands(in->op), ops[3] = {in->a, in->b, in->c};
+    need[t] = 0;
+    if (in->op == ATTN_SMOD_SCORE) need[t] = 1, score_at = t;
+    if (in->op == ATTN_SMOD_GATHER && gbuf && off[in->tbl] >= 0) need[t] = 1;
+    if (propagates(in->op) && in->op != ATTN_SMOD_WHERE)
+      for (int o = 0; o < no; o++) need[t] |= need[ops[o]];
+    if (in->op == ATTN_SMOD_WHERE) need[t] = need[in->b] | need[in->c];
+  }
+  int last = m->n - 1;
+  for (int64_t j0 = 0; j0 < nk; j0 += LINE) {
+    int n = (int)(nk - j0 < LINE ? nk - j0 : LINE);
+    float *dsl = ds + j0;
+    if (!need[last]) { /* the result reads neither the score nor a table that wants a gradient */
+      memset(dsl, 0, (size_t)n * sizeof(float));
+      continue;
+    }
+    eval_line(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, (float)b + 1.0f, (float)h + 1.0f, (float)i + 1.0f, 0.0f,
+              (float)(k0 + j0) + 1.0f, 1.0f, n, pre + j0, 1, &lv);
+    for (int t = 0; t < m->n; t++)
+      if (need[t]) memset(adj[t], 0, (size_t)n * sizeof(float));
+    memcpy(adj[last], dsl, (size_t)n * sizeof(float));
+    for (int t = last; t >= 0; t--) {
+      if (!need[t]) continue;
+      const attn_smod_insn *in = &m->code[t];
+      const float *A = adj[t], *R = lv.vec[t];
+      const float *X = in->a >= 0 ? lv.vec[in->a] : R, *Y = in->b >= 0 ? lv.vec[in->b] : R,
+                  *Z = in->c >= 0 ? lv.vec[in->c] : R;
+      int na = in->a >= 0 && need[in->a], nb = in->b >= 0 && need[in->b], nc = in->c >= 0 && need[in->c];
+      switch (in->op) {
+      case ATTN_SMOD_ADD:
+        if (na) ADJ_LOOP(adj[in->a], g);
+        if (nb) ADJ_LOOP(adj[in->b], g);
+        break;
+      case ATTN_SMOD_SUB:
+        if (na) ADJ_LOOP(adj[in->a], g);
+        if (nb) ADJ_LOOP(adj[in->b], -g);
+        break;
+      case ATTN_SMOD_MUL:
+        if (na) ADJ_LOOP(adj[in->a], g * y);
+        if (nb) ADJ_LOOP(adj[in->b], g * x);
+        break;
+      case ATTN_SMOD_DIV:
+        if (na) ADJ_LOOP(adj[in->a], g / y);
+        if (nb) ADJ_LOOP(adj[in->b], -g * ((x / y) / y));
+        break;
+      case ATTN_SMOD_NEG: if (na) ADJ_LOOP(adj[in->a], -g); break;
+      case ATTN_SMOD_POW: {
+        float k = in->k;
+        if (na && k != 0.0f) ADJ_LOOP(adj[in->a], g * (k * f_pow(x, k - 1.0f)));
+        break;
+      }
+      case ATTN_SMOD_ABS: if (na) ADJ_LOOP(adj[in->a], g * f_sign(x)); break;
+      case ATTN_SMOD_EXP: if (na) ADJ_LOOP(adj[in->a], g * r); break;
+      case ATTN_SMOD_LOG: if (na) ADJ_LOOP(adj[in->a], g / x); break;
+      case ATTN_SMOD_SQRT: if (na) ADJ_LOOP(adj[in->a], g / (2.0f * r)); break;
+      case ATTN_SMOD_TANH: if (na) ADJ_LOOP(adj[in->a], g * (1.0f - r * r)); break;
+      case ATTN_SMOD_SIGMOID: if (na) ADJ_LOOP(adj[in->a], g * (1.0f - r) * r); break;
+      case ATTN_SMOD_SIN: if (na) ADJ_LOOP(adj[in->a], g * cosf(x)); break;
+      case ATTN_SMOD_COS: if (na) ADJ_LOOP(adj[in->a], g * -sinf(x)); break;
+      case ATTN_SMOD_CLAMP: /* torch 1.13's clamp_backward_min_max */
+        if (na) ADJ_LOOP(adj[in->a], (x >= y && x <= z) ? g : 0.0f);
+        if (nb) ADJ_LOOP(adj[in->b], (x < y && y < z) ? g : 0.0f);
+        if (nc) ADJ_LOOP(adj[in->c], (x > z || z < y) ? g : 0.0f);
+        break;
+      case ATTN_SMOD_MIN: /* halved on ties, as torch 1.13 */
+        if (na) ADJ_LOOP(adj[in->a], x == y ? g / 2.0f : (x > y ? 0.0f : g));
+        if (nb) ADJ_LOOP(adj[in->b], x == y ? g / 2.0f : (x < y ? 0.0f : g));
+        break;
+      case ATTN_SMOD_MAX:
+        if (na) ADJ_LOOP(adj[in->a], x == y ? g / 2.0f : (x < y ? 0.0f : g));
+        if (nb) ADJ_LOOP(adj[in->b], x == y ? g / 2.0f : (x > y ? 0.0f : g));
+        break;
+      case ATTN_SMOD_WHERE:
+        if (nb) ADJ_LOOP(adj[in->b], x != 0.0f ? g : 0.0f);
+        if (nc) ADJ_LOOP(adj[in->c], x != 0.0f ? 0.0f : g);
+        break;
+      case ATTN_SMOD_GATHER: {
+        const attn_smod_table *tb = &m->tables[in->tbl];
+        if (!gbuf || off[in->tbl] < 0) break;
+        float *gt = gbuf + off[in->tbl];
+        int64_t cstride[ATTN_MAX_DIMS], acc = 1;
+        for (int d = tb->ndim - 1; d >= 0; d--) cstride[d] = acc, acc *= tb->size[d];
+        for (int j = 0; j < n; j++) {
+          int64_t o = 0;
+          for (int d = 0; d < in->nd; d++) o += ((int64_t)lv.vec[in->ix[d]][j] - 1) * cstride[d];
+          gt[o] += A[j];
+        }
+        break;
+      }
+      default: break;
+      }
+    }
+    if (score_at >= 0)
+      memcpy(dsl, adj[score_at], (size_t)n * sizeof(float));
+    else
+      memset(dsl, 0, (size_t)n * sizeof(float));
+  }
+}
