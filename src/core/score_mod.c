@@ -33,12 +33,21 @@
  * chunk, reduced in a fixed order: sdpa_backward.c). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "score_mod.h"
 #include "sdpa_common.h"
 
 #define LINE 64
+
+/* Cloned per instruction set as the softcap's loops (src/core/sdpa_common.c):
+ * IEEE operations only (no FMA contraction), the same bits in any width. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTN_NO_CLONES)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
 
 static int n_operands(int op) {
   switch (op) {
@@ -269,8 +278,13 @@ static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const 
  * values go to vec, the others to sc; with `all`, every value ends in vec. */
 typedef struct line_vals {
   float sc[ATTN_SMOD_MAX_INSNS];
-  float vec[ATTN_SMOD_MAX_INSNS][LINE];
+  const float *p[ATTN_SMOD_MAX_INSNS]; /* a varying value's elements: vec[i], or the score line itself */
   unsigned char in_vec[ATTN_SMOD_MAX_INSNS];
+  /* integer values affine along the line, value j = base + j coef (the positions and + - * of them, and
+   * integer scalars): a gather by them reads at a fixed step, with no float-to-int conversion */
+  unsigned char affine[ATTN_SMOD_MAX_INSNS];
+  int64_t base[ATTN_SMOD_MAX_INSNS], coef[ATTN_SMOD_MAX_INSNS];
+  float vec[ATTN_SMOD_MAX_INSNS][LINE];
 } line_vals;
 
 #define VEC_LOOP(expr)                                                                                                \
@@ -282,14 +296,48 @@ typedef struct line_vals {
     }                                                                                                                 \
   } while (0)
 
-static void broadcast(line_vals *lv, int o, int n) {
+static inline void broadcast(line_vals *lv, int o, int n) {
   if (lv->in_vec[o]) return;
   float x = lv->sc[o];
-  for (int j = 0; j < n; j++) lv->vec[o][j] = x;
+  float *d = lv->vec[o];
+#pragma omp simd
+  for (int j = 0; j < n; j++) d[j] = x;
+  lv->p[o] = d;
   lv->in_vec[o] = 1;
 }
 
-static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, float q0, float dq, float k0, float dk,
+/* a binary op with a scalar operand reads it as one (no broadcast) */
+#define BIN_LOOP(expr)                                                                                                \
+  do {                                                                                                                \
+    int va_ = lv->in_vec[in->a], vb_ = lv->in_vec[in->b];                                                             \
+    const float *Xb_ = lv->p[in->a], *Yb_ = lv->p[in->b];                                                             \
+    if (va_ && vb_) {                                                                                                 \
+      _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
+        float x = Xb_[j], y = Yb_[j];                                                                                     \
+        out[j] = (expr);                                                                                              \
+      }                                                                                                               \
+    } else if (va_) {                                                                                                 \
+      float y = lv->sc[in->b];                                                                                        \
+      _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
+        float x = Xb_[j];                                                                                               \
+        out[j] = (expr);                                                                                              \
+      }                                                                                                               \
+    } else {                                                                                                          \
+      float x = lv->sc[in->a];                                                                                        \
+      _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
+        float y = Yb_[j];                                                                                               \
+        out[j] = (expr);                                                                                              \
+      }                                                                                                               \
+    }                                                                                                                 \
+  } while (0)
+
+/* the binary ops that take a scalar operand as is */
+static int scalar_operand_ok(int op) {
+  return (op >= ATTN_SMOD_ADD && op <= ATTN_SMOD_DIV) || op == ATTN_SMOD_MIN || op == ATTN_SMOD_MAX ||
+         (op >= ATTN_SMOD_LT && op <= ATTN_SMOD_OR);
+}
+
+VECTOR_CLONES static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, float q0, float dq, float k0, float dk,
                       int n, const float *score, int all, line_vals *lv) {
   static const float zeros[LINE];
   for (int i = 0; i < m->n; i++) {
@@ -303,25 +351,60 @@ static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, 
       case ATTN_SMOD_K: lv->sc[i] = k0; break;
       default: lv->sc[i] = scalar_op(m, in, lv->sc); break;
       }
+      float x = lv->sc[i];
+      lv->affine[i] = x == floorf(x) && fabsf(x) < 16777216.0f;
+      lv->base[i] = lv->affine[i] ? (int64_t)x : 0;
+      lv->coef[i] = 0;
       if (all) broadcast(lv, i, n);
       continue;
     }
     float *out = lv->vec[i];
     lv->in_vec[i] = 1;
+    lv->p[i] = out;
+    lv->affine[i] = 0;
+    if (in->op == ATTN_SMOD_Q || in->op == ATTN_SMOD_K) {
+      lv->affine[i] = 1;
+      lv->base[i] = (int64_t)(in->op == ATTN_SMOD_Q ? q0 : k0);
+      lv->coef[i] = (int64_t)(in->op == ATTN_SMOD_Q ? dq : dk);
+    } else if ((in->op == ATTN_SMOD_ADD || in->op == ATTN_SMOD_SUB) && lv->affine[in->a] && lv->affine[in->b]) {
+      int64_t sg = in->op == ATTN_SMOD_ADD ? 1 : -1;
+      lv->affine[i] = 1;
+      lv->base[i] = lv->base[in->a] + sg * lv->base[in->b];
+      lv->coef[i] = lv->coef[in->a] + sg * lv->coef[in->b];
+    } else if (in->op == ATTN_SMOD_NEG && lv->affine[in->a]) {
+      lv->affine[i] = 1;
+      lv->base[i] = -lv->base[in->a];
+      lv->coef[i] = -lv->coef[in->a];
+    } else if (in->op == ATTN_SMOD_MUL && lv->affine[in->a] && lv->affine[in->b] &&
+               (lv->coef[in->a] == 0 || lv->coef[in->b] == 0)) {
+      lv->affine[i] = 1;
+      lv->base[i] = lv->base[in->a] * lv->base[in->b];
+      lv->coef[i] = lv->coef[in->a] * lv->base[in->b] + lv->coef[in->b] * lv->base[in->a];
+    }
+    /* kept to exact float32 integers (every operand then is below 2^24 too: no int64 overflow) */
+    if (lv->affine[i] && (llabs(lv->base[i]) > 16777216 || llabs(lv->coef[i]) > 16777216)) lv->affine[i] = 0;
     int no = n_operands(in->op);
-    if (no >= 1) broadcast(lv, in->a, n);
-    if (no >= 2) broadcast(lv, in->b, n);
-    if (no >= 3) broadcast(lv, in->c, n);
-    const float *X = no >= 1 ? lv->vec[in->a] : zeros, *Y = no >= 2 ? lv->vec[in->b] : zeros,
-                *Z = no >= 3 ? lv->vec[in->c] : zeros;
+    if (!(no == 2 && scalar_operand_ok(in->op))) {
+      if (no >= 1) broadcast(lv, in->a, n);
+      if (no >= 2) broadcast(lv, in->b, n);
+      if (no >= 3) broadcast(lv, in->c, n);
+    }
+    const float *X = no >= 1 ? lv->p[in->a] : zeros, *Y = no >= 3 ? lv->p[in->b] : zeros,
+                *Z = no >= 3 ? lv->p[in->c] : zeros;
     switch (in->op) {
-    case ATTN_SMOD_SCORE: memcpy(out, score, (size_t)n * sizeof(float)); break;
-    case ATTN_SMOD_Q: for (int j = 0; j < n; j++) out[j] = q0 + (float)j * dq; break;
-    case ATTN_SMOD_K: for (int j = 0; j < n; j++) out[j] = k0 + (float)j * dk; break;
-    case ATTN_SMOD_ADD: VEC_LOOP(x + y); break;
-    case ATTN_SMOD_SUB: VEC_LOOP(x - y); break;
-    case ATTN_SMOD_MUL: VEC_LOOP(x * y); break;
-    case ATTN_SMOD_DIV: VEC_LOOP(x / y); break;
+    case ATTN_SMOD_SCORE: lv->p[i] = score; break;
+    case ATTN_SMOD_Q:
+#pragma omp simd
+      for (int j = 0; j < n; j++) out[j] = q0 + (float)j * dq;
+      break;
+    case ATTN_SMOD_K:
+#pragma omp simd
+      for (int j = 0; j < n; j++) out[j] = k0 + (float)j * dk;
+      break;
+    case ATTN_SMOD_ADD: BIN_LOOP(x + y); break;
+    case ATTN_SMOD_SUB: BIN_LOOP(x - y); break;
+    case ATTN_SMOD_MUL: BIN_LOOP(x * y); break;
+    case ATTN_SMOD_DIV: BIN_LOOP(x / y); break;
     case ATTN_SMOD_NEG: VEC_LOOP(-x); break;
     case ATTN_SMOD_ABS: VEC_LOOP(fabsf(x)); break;
     case ATTN_SMOD_TANH: attn_sdpa_tanh_vec(X, out, n); break;
@@ -329,16 +412,16 @@ static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, 
     case ATTN_SMOD_CEIL: VEC_LOOP(ceilf(x)); break;
     case ATTN_SMOD_SIGN: VEC_LOOP(f_sign(x)); break;
     case ATTN_SMOD_CLAMP: VEC_LOOP(f_min(f_max(x, y), z)); break;
-    case ATTN_SMOD_MIN: VEC_LOOP(f_min(x, y)); break;
-    case ATTN_SMOD_MAX: VEC_LOOP(f_max(x, y)); break;
-    case ATTN_SMOD_LT: VEC_LOOP((float)(x < y)); break;
-    case ATTN_SMOD_LE: VEC_LOOP((float)(x <= y)); break;
-    case ATTN_SMOD_GT: VEC_LOOP((float)(x > y)); break;
-    case ATTN_SMOD_GE: VEC_LOOP((float)(x >= y)); break;
-    case ATTN_SMOD_EQ: VEC_LOOP((float)(x == y)); break;
-    case ATTN_SMOD_NE: VEC_LOOP((float)(x != y)); break;
-    case ATTN_SMOD_AND: VEC_LOOP((float)(x != 0.0f && y != 0.0f)); break;
-    case ATTN_SMOD_OR: VEC_LOOP((float)(x != 0.0f || y != 0.0f)); break;
+    case ATTN_SMOD_MIN: BIN_LOOP(f_min(x, y)); break;
+    case ATTN_SMOD_MAX: BIN_LOOP(f_max(x, y)); break;
+    case ATTN_SMOD_LT: BIN_LOOP((float)(x < y)); break;
+    case ATTN_SMOD_LE: BIN_LOOP((float)(x <= y)); break;
+    case ATTN_SMOD_GT: BIN_LOOP((float)(x > y)); break;
+    case ATTN_SMOD_GE: BIN_LOOP((float)(x >= y)); break;
+    case ATTN_SMOD_EQ: BIN_LOOP((float)(x == y)); break;
+    case ATTN_SMOD_NE: BIN_LOOP((float)(x != y)); break;
+    case ATTN_SMOD_AND: BIN_LOOP((float)(x != 0.0f && y != 0.0f)); break;
+    case ATTN_SMOD_OR: BIN_LOOP((float)(x != 0.0f || y != 0.0f)); break;
     case ATTN_SMOD_NOT: VEC_LOOP((float)(x == 0.0f)); break;
     case ATTN_SMOD_WHERE: VEC_LOOP(x != 0.0f ? y : z); break;
     case ATTN_SMOD_GATHER: {
@@ -349,14 +432,33 @@ static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, 
       for (int d = 0; d < in->nd; d++) {
         int o = in->ix[d];
         if (lv->in_vec[o]) {
-          iv[nv] = lv->vec[o];
+          iv[nv] = lv->p[o];
           step[nv++] = t->stride[d];
         } else {
           base += ((int64_t)lv->sc[o] - 1) * t->stride[d];
         }
       }
       const float *data = t->data + base;
-      if (nv == 1) {
+      int aff = 1;
+      int64_t a0 = 0, ast = 0;
+      for (int d = 0; d < in->nd; d++) {
+        int o = in->ix[d];
+        if (!lv->in_vec[o]) continue;
+        aff = aff && lv->affine[o];
+        a0 += (lv->base[o] - 1) * t->stride[d];
+        ast += lv->coef[o] * t->stride[d];
+      }
+      if (aff) { /* a fixed step along the line: a (strided) copy */
+        const float *d0 = data + a0;
+        if (ast == 1)
+          memcpy(out, d0, (size_t)n * sizeof(float));
+        else
+          for (int j = 0; j < n; j++) out[j] = d0[j * ast];
+      } else if (nv == 1 && step[0] == 1) { /* offsets in int: the table's extent was checked below 2^24 */
+        const float *i0 = iv[0], *d1 = data - 1;
+#pragma omp simd
+        for (int j = 0; j < n; j++) out[j] = d1[(int)i0[j]];
+      } else if (nv == 1) {
         const float *i0 = iv[0];
         int64_t s0 = step[0];
         for (int j = 0; j < n; j++) out[j] = data[((int64_t)i0[j] - 1) * s0];
@@ -417,7 +519,7 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
         }
         continue;
       }
-      const float *r = lv.vec[last];
+      const float *r = lv.p[last];
       if (m->is_mask) {
         for (int j = 0; j < n; j++)
           if (r[j] == 0.0f) e[j * es] = -INFINITY;
@@ -494,9 +596,9 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
     for (int t = last; t >= 0; t--) {
       if (!need[t]) continue;
       const attn_smod_insn *in = &m->code[t];
-      const float *A = adj[t], *R = lv.vec[t];
-      const float *X = in->a >= 0 ? lv.vec[in->a] : R, *Y = in->b >= 0 ? lv.vec[in->b] : R,
-                  *Z = in->c >= 0 ? lv.vec[in->c] : R;
+      const float *A = adj[t], *R = lv.p[t];
+      const float *X = in->a >= 0 ? lv.p[in->a] : R, *Y = in->b >= 0 ? lv.p[in->b] : R,
+                  *Z = in->c >= 0 ? lv.p[in->c] : R;
       int na = in->a >= 0 && need[in->a], nb = in->b >= 0 && need[in->b], nc = in->c >= 0 && need[in->c];
       switch (in->op) {
       case ATTN_SMOD_ADD:
@@ -554,7 +656,7 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
         for (int d = tb->ndim - 1; d >= 0; d--) cstride[d] = acc, acc *= tb->size[d];
         for (int j = 0; j < n; j++) {
           int64_t o = 0;
-          for (int d = 0; d < in->nd; d++) o += ((int64_t)lv.vec[in->ix[d]][j] - 1) * cstride[d];
+          for (int d = 0; d < in->nd; d++) o += ((int64_t)lv.p[in->ix[d]][j] - 1) * cstride[d];
           gt[o] += A[j];
         }
         break;
