@@ -272,6 +272,46 @@ describe("attn.mask_mod", function()
   end)
 end)
 
+describe("attn.block_mask with a mask_mod", function()
+  it("classifies blocks in C: the visibility of the dense mask built in Lua, per batch where it reads b", function()
+    local B, H, L = 2, 3, 70
+    local ids = {}
+    for b = 1, B do
+      ids[b] = {}
+      for i = 1, L do ids[b][i] = 1 + (i * (b + 1)) // 23 end
+    end
+    local doc = attn.tensor(ids)
+    local mm = attn.mask_mod(function(b, h, q, k) return doc[{ b, q }]:eq(doc[{ b, k }]):logical_and(q:ge(k)) end)
+    local bm = attn.block_mask(mm, B, H, L, L, { block = 16 })
+    local want = document_mask(doc, B, L, true):eq(0):float():expand(B, H, L, L)
+    assert.equal(0, max_diff(bm:to_dense(), want))
+    assert.truthy(bm:sparsity() > 0.4)
+    -- the same attention as the mask_mod option and the dense mask
+    local q, k, v = inputs(B, H, L, L, 8, 6)
+    local ref = sdpa(q, k, v, { mask = document_mask(doc, B, L, true) })
+    for _, kernel in ipairs { "math", "flash" } do
+      -- (skipped blocks change the order of the softmax's sums: a few ulp)
+      assert_close(sdpa(q, k, v, { block_mask = bm, kernel = kernel }), ref, 1e-6, 1e-6, kernel)
+    end
+    -- a mask reading neither b nor h stores one pattern (it broadcasts over any B, H)
+    local causal = attn.block_mask(attn.mask_mod(function(b, h, q2, k2) return k2:le(q2) end), 1, 1, L, L)
+    local builtin = attn.block_mask(attn.block_mask.causal, 1, 1, L, L)
+    assert.equal(0, max_diff(causal:to_dense(), builtin:to_dense()))
+    assert.equal(builtin:sparsity(), causal:sparsity())
+  end)
+
+  it("an index out of range names attn.mask_mod; a score_mod is refused", function()
+    local t = attn.zeros(10)
+    local ok, e = pcall(attn.block_mask, attn.mask_mod(function(b, h, q, k) return t[q]:eq(0) end), 1, 1, 12, 12)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("attn.mask_mod: index 1 of captured tensor #1 (size 10 along it) may range over "
+      .. "[1, 12]", 1, true), tostring(e))
+    ok, e = pcall(attn.block_mask, attn.score_mod(function(s) return s end), 1, 1, 12, 12)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("expected a mask function: attn.mask_mod(fn)", 1, true), tostring(e))
+  end)
+end)
+
 describe("attn.score_mod / attn.mask_mod: the same bits for 1 and 2 threads", function()
   local script = [[
 local attn = require "attn"

@@ -106,6 +106,11 @@ static int score_program(lua_State *L) {
 
 static attn_score_mod *test_program(lua_State *L, int idx) { return luaL_testudata(L, idx, SCORE_MOD_NAME); }
 
+int attnL_is_mask_mod(lua_State *L, int idx) {
+  attn_score_mod *m = test_program(L, idx);
+  return m && m->is_mask;
+}
+
 static int score_program_info(lua_State *L) {
   attn_score_mod *m = test_program(L, 1);
   if (!m) attnL_error(L, "attn.core._score_program_info", "expected an attn.ScoreMod");

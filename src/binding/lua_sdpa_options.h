@@ -31,6 +31,9 @@ typedef struct attnL_sdpa_call {
  * for one call into a userdata pushed on the stack, with its captured
  * tensors' current data and strides; raises naming fname and option for
  * anything else, or a tensor whose shape changed since tracing. */
+/* 1 when the value at idx is the result of attn.mask_mod. */
+int attnL_is_mask_mod(lua_State *L, int idx);
+
 attn_score_mod *attnL_score_mod_for_call(lua_State *L, int idx, const char *fname, const char *option, int is_mask);
 
 /* The options table at arg (none or nil: the defaults) for direction

@@ -532,6 +532,15 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
   }
 }
 
+void attn_mask_mod_block(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                         uint8_t *vis, int64_t ld, float *row) {
+  for (int64_t r = 0; r < ni; r++) {
+    memset(row, 0, (size_t)nj * sizeof(float));
+    attn_score_mod_tile(m, b, h, i0 + r, 1, j0, nj, row, 0, 1);
+    for (int64_t c = 0; c < nj; c++) vis[r * ld + c] = row[c] != -INFINITY;
+  }
+}
+
 /* ------------------------------------------------------------ backward */
 
 int64_t attn_score_mod_grad_floats(const attn_score_mod *m, int64_t *off) {

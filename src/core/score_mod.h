@@ -90,6 +90,12 @@ attn_status attn_score_mod_check(const attn_score_mod *m, const char *what, int6
 void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t k0,
                          int64_t nk, float *s, int64_t rs, int64_t cs);
 
+/* A mask program's visibility over block rows [i0, i0 + ni) and keys [j0,
+ * j0 + nj) (0-based) of (b, h): vis[r * ld + c] = 1 where visible, else 0;
+ * row: scratch of nj floats (attn.block_mask classifies blocks with it). */
+void attn_mask_mod_block(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                         uint8_t *vis, int64_t ld, float *row);
+
 /* The backward of a score_mod over one row: query i, keys [k0, k0 + nk)
  * (0-based) of slice (b, h); pre: the scores the forward gave the program,
  * ds: on entry the gradient of its results, on return that of pre. When
