@@ -312,6 +312,49 @@ describe("attn.block_mask with a mask_mod", function()
   end)
 end)
 
+describe("nn.MultiHeadAttention and nn.GroupedQueryAttention: score_mod and mask_mod", function()
+  it("a relative-position MHA: out as its projections through SDPA with the dense bias, the table's gradient", function()
+    attn.manual_seed(4)
+    local n, H, d = 12, 2, 8
+    local rel = (attn.randn(H, 2 * n - 1) * 0.3):requires_grad_()
+    local sm = attn.score_mod(function(s, b, h, q, k) return s + rel[{ h, q - k + n }] end)
+    local m = attn.nn.MultiHeadAttention(d, d, n, 0.0, H, { score_mod = sm })
+    local x = attn.randn(2, n, d)
+    local out = m(x)
+    out:sum():backward()
+    local bias = relative_bias(rel:detach(), 1, H, n, n):requires_grad_()
+    local function heads(t) return t:view(2, n, H, d // H):transpose(2, 3) end
+    local ctx = sdpa(heads(m.W_query(x)), heads(m.W_key(x)), heads(m.W_value(x)), { bias = bias, is_causal = true })
+    local ref = m.out_proj(ctx:transpose(2, 3):reshape(2, n, d))
+    assert.equal(0, max_diff(out, ref))
+    ref:sum():backward()
+    for h = 1, H do
+      for r = 1, 2 * n - 1 do
+        local want = 0
+        for i = 1, n do for j = 1, n do if i - j + n == r then want = want + bias.grad[{ 1, h, i, j }] end end end
+        assert(math.abs(rel.grad[{ h, r }] - want) <= 1e-5 + 1e-5 * math.abs(want), ("rel.grad[%d, %d]"):format(h, r))
+      end
+    end
+  end)
+
+  it("GQA with a sliding-window mask_mod equals its window option; bad options and use_cache refused", function()
+    attn.manual_seed(5)
+    local mm = attn.mask_mod(function(b, h, q, k) return (q - k):lt(4) end)
+    local g1 = attn.nn.GroupedQueryAttention(16, 16, 20, 4, 2, { mask_mod = mm })
+    local g2 = attn.nn.GroupedQueryAttention(16, 16, 20, 4, 2, { window = 4 })
+    g2:load_state_dict(g1:state_dict())
+    local x = attn.randn(2, 20, 16)
+    assert.equal(0, max_diff(g1(x), g2(x)))
+    local ok, e = pcall(g1.forward, g1, x, { use_cache = true })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("use_cache is not supported with score_mod / mask_mod", 1, true))
+    ok, e = pcall(attn.nn.MultiHeadAttention, 8, 8, 4, 0.0, 2, { score_mod = mm })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("attn.nn.MultiHeadAttention: bad option 'score_mod' (expected the result of "
+      .. "attn.score_mod(fn), got an attn.mask_mod)", 1, true), tostring(e))
+  end)
+end)
+
 describe("attn.score_mod / attn.mask_mod: the same bits for 1 and 2 threads", function()
   local script = [[
 local attn = require "attn"

@@ -308,6 +308,19 @@ function M.mask_mod(...)
   return trace("attn.mask_mod", ..., "mask")
 end
 
+--- Check option `name` of `fname` (e.g. a module's constructor): nil, or the
+-- result of attn.score_mod (kind "score") / attn.mask_mod (kind "mask"); returns it.
+function M.check_option(fname, name, value, kind)
+  if value == nil then return nil end
+  local want = kind == "score" and "attn.score_mod" or "attn.mask_mod"
+  local got = getmetatable(value) == "attn.ScoreMod" and core._score_program_info(value)
+  if got ~= kind then
+    caller.error(("%s: bad option '%s' (expected the result of %s(fn), got %s)"):format(fname, name, want,
+      got and (got == "score" and "an attn.score_mod" or "an attn.mask_mod") or describe(value)))
+  end
+  return value
+end
+
 --- The captured tensors of a program (score_mod or mask_mod), in the order the program numbers them.
 function M.tables(prog)
   local _, tables = core._score_program_info(prog)
