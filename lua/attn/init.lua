@@ -103,7 +103,7 @@ local autograd = require "attn.autograd"
 attn.autograd = autograd
 -- every recorded op in place of its raw C function (the index of which file holds which formula is there)
 require("attn.autograd.formulas").install(attn)
--- attn.score_mod / attn.mask_mod, and the traced forms of attn.where, attn.minimum, attn.maximum and t[traced]
+-- attn.score_mod / attn.mask_mod, and the traced forms of attn.where and t[traced]
 require("attn.score_mod").install(attn, autograd)
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad

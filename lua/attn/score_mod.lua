@@ -327,7 +327,8 @@ function M.tables(prog)
   return tables
 end
 
---- Install attn.score_mod, attn.mask_mod, the traced attn.where / minimum / maximum.
+--- Install attn.score_mod, attn.mask_mod, the traced attn.where and t[traced] (x:minimum(y) and
+-- x:maximum(y) on a traced x are its methods).
 function M.install(attn, autograd)
   attn.score_mod, attn.mask_mod = M.score_mod, M.mask_mod
   local where = attn.where
@@ -335,16 +336,6 @@ function M.install(attn, autograd)
     local c, x, y = ...
     if is_traced(c) or is_traced(x) or is_traced(y) then return M.where(c, x, y) end
     return where(...)
-  end
-  for _, name in ipairs { "minimum", "maximum" } do
-    local f = attn[name]
-    if f then
-      attn[name] = function(...)
-        local x, y = ...
-        if is_traced(x) or is_traced(y) then return methods[name](lift(x, name), y) end
-        return f(...)
-      end
-    end
   end
   autograd.set_traced_index(M.index)
 end
