@@ -110,6 +110,24 @@ local function relative_bias(rel, B, H, Lq, Lk)
   return bias
 end
 
+describe("attn.score_mod: the built-in variants written as expressions", function()
+  it("ALiBi and softcap give the bits of the options alibi_slopes and softcap (both kernels, with causal)", function()
+    local B, H, Lq, Lk = 2, 4, 70, 90
+    local q, k, v = inputs(B, H, Lq, Lk, 16, 11)
+    local slopes = attn.alibi_slopes(H)
+    local alibi = attn.score_mod(function(s, b, h, qq, kk) return s - slopes[h] * (qq - kk + Lk - Lq):abs() end)
+    local cap = attn.score_mod(function(s) return (s / 30):tanh() * 30 end)
+    for _, kernel in ipairs { "math", "flash" } do
+      for _, causal in ipairs { false, true } do
+        assert.equal(0, max_diff(sdpa(q, k, v, { score_mod = alibi, kernel = kernel, is_causal = causal }),
+          sdpa(q, k, v, { alibi_slopes = slopes, kernel = kernel, is_causal = causal })))
+        assert.equal(0, max_diff(sdpa(q, k, v, { score_mod = cap, kernel = kernel, is_causal = causal }),
+          sdpa(q, k, v, { softcap = 30, kernel = kernel, is_causal = causal })))
+      end
+    end
+  end)
+end)
+
 describe("attn.score_mod: a captured learnable table", function()
   for _, kernel in ipairs { "math", "flash" } do
     for _, causal in ipairs { false, true } do
@@ -148,7 +166,7 @@ describe("attn.score_mod: a captured learnable table", function()
 
   it("a table read twice and a 1-D table, with GQA and the decode path (Lq 2)", function()
     attn.manual_seed(3)
-    local B, H, Lq, Lk = 1, 4, 2, 300
+    local B, H, Lq, Lk = 1, 4, 2, 2100
     local q, k, v = attn.randn(B, H, Lq, 16), attn.randn(B, 2, Lk, 16), attn.randn(B, 2, Lk, 16)
     local slope = attn.rand(H):requires_grad_()
     local rel = (attn.randn(H, Lq + Lk - 1) * 0.3):requires_grad_()
