@@ -273,19 +273,72 @@ static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const 
   }
 }
 
-/* The values of one line of n elements: element j at positions (b, h, q0 + j
- * dq, k0 + j dk) (1-based, as floats), score[j] (NULL for a mask). Varying
- * values go to vec, the others to sc; with `all`, every value ends in vec. */
+/* The values over lines of n elements: element j at positions (b, h, q0 + j
+ * dq, k0 + j dk) (1-based, as floats) and score[j] (none for a mask). A
+ * plan (per tile) sorts the instructions: class 0 reads none of the line's
+ * positions and no score (computed once per tile), class 1 reads the line's
+ * fixed position only (once per line, a scalar), class 2 varies along the
+ * line (vectors). */
 typedef struct line_vals {
   float sc[ATTN_SMOD_MAX_INSNS];
-  const float *p[ATTN_SMOD_MAX_INSNS]; /* a varying value's elements: vec[i], or the score line itself */
+  const float *p[ATTN_SMOD_MAX_INSNS]; /* a varying value's elements: vec[i] or the score line; NULL while
+                                          an affine value is not materialised */
   unsigned char in_vec[ATTN_SMOD_MAX_INSNS];
   /* integer values affine along the line, value j = base + j coef (the positions and + - * of them, and
-   * integer scalars): a gather by them reads at a fixed step, with no float-to-int conversion */
+   * integer scalars): a gather by them reads at a fixed step, with no float-to-int conversion, and they
+   * are materialised only when an op needs their elements */
   unsigned char affine[ATTN_SMOD_MAX_INSNS];
   int64_t base[ATTN_SMOD_MAX_INSNS], coef[ATTN_SMOD_MAX_INSNS];
+  int n0, n1, n2;                                              /* instructions per class */
+  short c0[ATTN_SMOD_MAX_INSNS], c1[ATTN_SMOD_MAX_INSNS], c2[ATTN_SMOD_MAX_INSNS];
   float vec[ATTN_SMOD_MAX_INSNS][LINE];
 } line_vals;
+
+static void plan(const attn_score_mod *m, unsigned vary, unsigned fixed, line_vals *lv) {
+  lv->n0 = lv->n1 = lv->n2 = 0;
+  for (int i = 0; i < m->n; i++) {
+    unsigned d = m->code[i].deps;
+    if (d & vary)
+      lv->c2[lv->n2++] = (short)i;
+    else if (d & fixed)
+      lv->c1[lv->n1++] = (short)i;
+    else
+      lv->c0[lv->n0++] = (short)i;
+  }
+}
+
+/* scalar instructions list[0..cnt) at positions (b, h, q, k) */
+static void eval_scalars(const attn_score_mod *m, const short *list, int cnt, float b, float h, float q, float k,
+                         line_vals *lv) {
+  for (int t = 0; t < cnt; t++) {
+    int i = list[t];
+    const attn_smod_insn *in = &m->code[i];
+    float x;
+    switch (in->op) {
+    case ATTN_SMOD_B: x = b; break;
+    case ATTN_SMOD_H: x = h; break;
+    case ATTN_SMOD_Q: x = q; break;
+    case ATTN_SMOD_K: x = k; break;
+    default: x = scalar_op(m, in, lv->sc); break;
+    }
+    lv->sc[i] = x;
+    lv->in_vec[i] = 0;
+    lv->affine[i] = x == floorf(x) && fabsf(x) < 16777216.0f;
+    lv->base[i] = lv->affine[i] ? (int64_t)x : 0;
+    lv->coef[i] = 0;
+  }
+}
+
+/* the elements of varying value o (materialising an affine one) */
+static inline const float *values(line_vals *lv, int o, int n) {
+  if (!lv->p[o]) {
+    float *d = lv->vec[o], b = (float)lv->base[o], c = (float)lv->coef[o];
+#pragma omp simd
+    for (int j = 0; j < n; j++) d[j] = b + (float)j * c;
+    lv->p[o] = d;
+  }
+  return lv->p[o];
+}
 
 #define VEC_LOOP(expr)                                                                                                \
   do {                                                                                                                \
@@ -296,8 +349,12 @@ typedef struct line_vals {
     }                                                                                                                 \
   } while (0)
 
+/* value o (a scalar) as elements */
 static inline void broadcast(line_vals *lv, int o, int n) {
-  if (lv->in_vec[o]) return;
+  if (lv->in_vec[o]) {
+    values(lv, o, n);
+    return;
+  }
   float x = lv->sc[o];
   float *d = lv->vec[o];
 #pragma omp simd
@@ -310,22 +367,22 @@ static inline void broadcast(line_vals *lv, int o, int n) {
 #define BIN_LOOP(expr)                                                                                                \
   do {                                                                                                                \
     int va_ = lv->in_vec[in->a], vb_ = lv->in_vec[in->b];                                                             \
-    const float *Xb_ = lv->p[in->a], *Yb_ = lv->p[in->b];                                                             \
+    const float *Xb_ = va_ ? values(lv, in->a, n) : NULL, *Yb_ = vb_ ? values(lv, in->b, n) : NULL;                   \
     if (va_ && vb_) {                                                                                                 \
       _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
-        float x = Xb_[j], y = Yb_[j];                                                                                     \
+        float x = Xb_[j], y = Yb_[j];                                                                                 \
         out[j] = (expr);                                                                                              \
       }                                                                                                               \
     } else if (va_) {                                                                                                 \
       float y = lv->sc[in->b];                                                                                        \
       _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
-        float x = Xb_[j];                                                                                               \
+        float x = Xb_[j];                                                                                             \
         out[j] = (expr);                                                                                              \
       }                                                                                                               \
     } else {                                                                                                          \
       float x = lv->sc[in->a];                                                                                        \
       _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                               \
-        float y = Yb_[j];                                                                                               \
+        float y = Yb_[j];                                                                                             \
         out[j] = (expr);                                                                                              \
       }                                                                                                               \
     }                                                                                                                 \
@@ -337,70 +394,66 @@ static int scalar_operand_ok(int op) {
          (op >= ATTN_SMOD_LT && op <= ATTN_SMOD_OR);
 }
 
-VECTOR_CLONES static void eval_line(const attn_score_mod *m, unsigned vary, float b, float h, float q0, float dq, float k0, float dk,
-                      int n, const float *score, int all, line_vals *lv) {
+/* The class 2 instructions over one line (classes 0 and 1 already in sc).
+ * out_last: where the last instruction writes its elements (a score line
+ * of stride 1), or NULL for vec. */
+VECTOR_CLONES static void eval_vectors(const attn_score_mod *m, float q0, float dq, float k0, float dk, int n,
+                                       const float *score, float *out_last, line_vals *lv) {
   static const float zeros[LINE];
-  for (int i = 0; i < m->n; i++) {
+  for (int t = 0; t < lv->n2; t++) {
+    int i = lv->c2[t];
     const attn_smod_insn *in = &m->code[i];
-    lv->in_vec[i] = 0;
-    if (!(in->deps & vary)) {
-      switch (in->op) {
-      case ATTN_SMOD_B: lv->sc[i] = b; break;
-      case ATTN_SMOD_H: lv->sc[i] = h; break;
-      case ATTN_SMOD_Q: lv->sc[i] = q0; break;
-      case ATTN_SMOD_K: lv->sc[i] = k0; break;
-      default: lv->sc[i] = scalar_op(m, in, lv->sc); break;
-      }
-      float x = lv->sc[i];
-      lv->affine[i] = x == floorf(x) && fabsf(x) < 16777216.0f;
-      lv->base[i] = lv->affine[i] ? (int64_t)x : 0;
-      lv->coef[i] = 0;
-      if (all) broadcast(lv, i, n);
-      continue;
-    }
-    float *out = lv->vec[i];
+    float *out = (out_last && i == m->n - 1) ? out_last : lv->vec[i];
     lv->in_vec[i] = 1;
     lv->p[i] = out;
     lv->affine[i] = 0;
+    int aff_a = in->a >= 0 && lv->affine[in->a], aff_b = in->b >= 0 && lv->affine[in->b];
     if (in->op == ATTN_SMOD_Q || in->op == ATTN_SMOD_K) {
       lv->affine[i] = 1;
       lv->base[i] = (int64_t)(in->op == ATTN_SMOD_Q ? q0 : k0);
       lv->coef[i] = (int64_t)(in->op == ATTN_SMOD_Q ? dq : dk);
-    } else if ((in->op == ATTN_SMOD_ADD || in->op == ATTN_SMOD_SUB) && lv->affine[in->a] && lv->affine[in->b]) {
+    } else if ((in->op == ATTN_SMOD_ADD || in->op == ATTN_SMOD_SUB) && aff_a && aff_b) {
       int64_t sg = in->op == ATTN_SMOD_ADD ? 1 : -1;
       lv->affine[i] = 1;
       lv->base[i] = lv->base[in->a] + sg * lv->base[in->b];
       lv->coef[i] = lv->coef[in->a] + sg * lv->coef[in->b];
-    } else if (in->op == ATTN_SMOD_NEG && lv->affine[in->a]) {
+    } else if (in->op == ATTN_SMOD_NEG && aff_a) {
       lv->affine[i] = 1;
       lv->base[i] = -lv->base[in->a];
       lv->coef[i] = -lv->coef[in->a];
-    } else if (in->op == ATTN_SMOD_MUL && lv->affine[in->a] && lv->affine[in->b] &&
-               (lv->coef[in->a] == 0 || lv->coef[in->b] == 0)) {
+    } else if (in->op == ATTN_SMOD_MUL && aff_a && aff_b && (lv->coef[in->a] == 0 || lv->coef[in->b] == 0)) {
       lv->affine[i] = 1;
       lv->base[i] = lv->base[in->a] * lv->base[in->b];
       lv->coef[i] = lv->coef[in->a] * lv->base[in->b] + lv->coef[in->b] * lv->base[in->a];
     }
-    /* kept to exact float32 integers (every operand then is below 2^24 too: no int64 overflow) */
-    if (lv->affine[i] && (llabs(lv->base[i]) > 16777216 || llabs(lv->coef[i]) > 16777216)) lv->affine[i] = 0;
+    /* kept to exact float32 integers over the line (operands then are too: no int64 overflow) */
+    if (lv->affine[i] && (llabs(lv->base[i]) > 16777216 || llabs(lv->coef[i]) > 16777216 / LINE)) lv->affine[i] = 0;
+    if (lv->affine[i] && out != out_last) { /* materialised when an op needs its elements */
+      lv->p[i] = NULL;
+      continue;
+    }
     int no = n_operands(in->op);
     if (!(no == 2 && scalar_operand_ok(in->op))) {
       if (no >= 1) broadcast(lv, in->a, n);
       if (no >= 2) broadcast(lv, in->b, n);
       if (no >= 3) broadcast(lv, in->c, n);
     }
-    const float *X = no >= 1 ? lv->p[in->a] : zeros, *Y = no >= 3 ? lv->p[in->b] : zeros,
+    const float *X = no >= 1 && no != 2 ? lv->p[in->a] : zeros, *Y = no >= 3 ? lv->p[in->b] : zeros,
                 *Z = no >= 3 ? lv->p[in->c] : zeros;
+    if (no == 2 && !scalar_operand_ok(in->op)) X = lv->p[in->a];
     switch (in->op) {
-    case ATTN_SMOD_SCORE: lv->p[i] = score; break;
-    case ATTN_SMOD_Q:
-#pragma omp simd
-      for (int j = 0; j < n; j++) out[j] = q0 + (float)j * dq;
+    case ATTN_SMOD_SCORE:
+      if (out == out_last)
+        memcpy(out, score, (size_t)n * sizeof(float));
+      else
+        lv->p[i] = score;
       break;
-    case ATTN_SMOD_K:
+    case ATTN_SMOD_Q: case ATTN_SMOD_K: {
+      float b0 = (float)lv->base[i], c0 = (float)lv->coef[i];
 #pragma omp simd
-      for (int j = 0; j < n; j++) out[j] = k0 + (float)j * dk;
+      for (int j = 0; j < n; j++) out[j] = b0 + (float)j * c0;
       break;
+    }
     case ATTN_SMOD_ADD: BIN_LOOP(x + y); break;
     case ATTN_SMOD_SUB: BIN_LOOP(x - y); break;
     case ATTN_SMOD_MUL: BIN_LOOP(x * y); break;
@@ -425,36 +478,34 @@ VECTOR_CLONES static void eval_line(const attn_score_mod *m, unsigned vary, floa
     case ATTN_SMOD_NOT: VEC_LOOP((float)(x == 0.0f)); break;
     case ATTN_SMOD_WHERE: VEC_LOOP(x != 0.0f ? y : z); break;
     case ATTN_SMOD_GATHER: {
-      const attn_smod_table *t = &m->tables[in->tbl];
-      int64_t base = 0, step[ATTN_MAX_DIMS];
-      const float *iv[ATTN_MAX_DIMS];
-      int nv = 0;
+      const attn_smod_table *tb = &m->tables[in->tbl];
+      int64_t base = 0, a0 = 0, ast = 0, step[ATTN_MAX_DIMS];
+      int nv = 0, aff = 1;
       for (int d = 0; d < in->nd; d++) {
         int o = in->ix[d];
-        if (lv->in_vec[o]) {
-          iv[nv] = lv->p[o];
-          step[nv++] = t->stride[d];
-        } else {
-          base += ((int64_t)lv->sc[o] - 1) * t->stride[d];
+        if (!lv->in_vec[o]) {
+          base += ((int64_t)lv->sc[o] - 1) * tb->stride[d];
+          continue;
         }
-      }
-      const float *data = t->data + base;
-      int aff = 1;
-      int64_t a0 = 0, ast = 0;
-      for (int d = 0; d < in->nd; d++) {
-        int o = in->ix[d];
-        if (!lv->in_vec[o]) continue;
         aff = aff && lv->affine[o];
-        a0 += (lv->base[o] - 1) * t->stride[d];
-        ast += lv->coef[o] * t->stride[d];
+        a0 += (lv->base[o] - 1) * tb->stride[d];
+        ast += lv->coef[o] * tb->stride[d];
+        step[nv++] = tb->stride[d];
       }
+      const float *data = tb->data + base;
       if (aff) { /* a fixed step along the line: a (strided) copy */
         const float *d0 = data + a0;
         if (ast == 1)
           memcpy(out, d0, (size_t)n * sizeof(float));
         else
           for (int j = 0; j < n; j++) out[j] = d0[j * ast];
-      } else if (nv == 1 && step[0] == 1) { /* offsets in int: the table's extent was checked below 2^24 */
+        break;
+      }
+      const float *iv[ATTN_MAX_DIMS];
+      nv = 0;
+      for (int d = 0; d < in->nd; d++)
+        if (lv->in_vec[in->ix[d]]) iv[nv++] = values(lv, in->ix[d], n);
+      if (nv == 1 && step[0] == 1) { /* offsets in int: the table's extent was checked below 2^24 */
         const float *i0 = iv[0], *d1 = data - 1;
 #pragma omp simd
         for (int j = 0; j < n; j++) out[j] = d1[(int)i0[j]];
@@ -492,11 +543,19 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
   line_vals lv;
   int along_q = rs == 1 && ni > 1 && cs != 1; /* flash's transposed tiles: lines of query rows */
   unsigned vary = ATTN_SMOD_DEP_S | (along_q ? ATTN_SMOD_DEP_Q : ATTN_SMOD_DEP_K);
+  plan(m, vary, along_q ? ATTN_SMOD_DEP_K : ATTN_SMOD_DEP_Q, &lv);
+  float fb = (float)b + 1.0f, fh = (float)h + 1.0f;
+  eval_scalars(m, lv.c0, lv.n0, fb, fh, 0.0f, 0.0f, &lv);
   int64_t nlines = along_q ? nk : ni, len = along_q ? ni : nk;
   int64_t ls = along_q ? cs : rs, es = along_q ? rs : cs; /* line stride, element stride */
+  int last = m->n - 1;
+  /* a score program whose result varies writes it straight into a contiguous line */
+  int direct = !m->is_mask && es == 1 && (m->code[last].deps & vary);
   float buf[LINE];
   for (int64_t l = 0; l < nlines; l++) {
     float *line = s + l * ls;
+    float q = (float)(along_q ? i0 : i0 + l) + 1.0f, k = (float)(along_q ? k0 + l : k0) + 1.0f;
+    eval_scalars(m, lv.c1, lv.n1, fb, fh, q, k, &lv);
     for (int64_t j0 = 0; j0 < len; j0 += LINE) {
       int n = (int)(len - j0 < LINE ? len - j0 : LINE);
       float *e = line + j0 * es;
@@ -505,10 +564,13 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
         for (int j = 0; j < n; j++) buf[j] = e[j * es];
         score = buf;
       }
-      float q = (float)(along_q ? i0 + j0 : i0 + l) + 1.0f, k = (float)(along_q ? k0 + l : k0 + j0) + 1.0f;
-      eval_line(m, vary, (float)b + 1.0f, (float)h + 1.0f, q, along_q ? 1.0f : 0.0f, k, along_q ? 0.0f : 1.0f, n,
-                score, 0, &lv);
-      int last = m->n - 1;
+      float qj = along_q ? q + (float)j0 : q, kj = along_q ? k : k + (float)j0;
+      if (direct) { /* the score line is read before the last op writes it (no op reads it after) */
+        for (int j = 0; j < n; j++) buf[j] = e[j];
+        score = buf;
+      }
+      eval_vectors(m, qj, along_q ? 1.0f : 0.0f, kj, along_q ? 0.0f : 1.0f, n, score, direct ? e : NULL, &lv);
+      if (direct) continue;
       if (!lv.in_vec[last]) { /* constant along the line */
         float x = lv.sc[last];
         if (m->is_mask) {
@@ -519,7 +581,7 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
         }
         continue;
       }
-      const float *r = lv.p[last];
+      const float *r = values(&lv, last, n);
       if (m->is_mask) {
         for (int j = 0; j < n; j++)
           if (r[j] == 0.0f) e[j * es] = -INFINITY;
@@ -590,6 +652,9 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
     if (in->op == ATTN_SMOD_WHERE) need[t] = need[in->b] | need[in->c];
   }
   int last = m->n - 1;
+  plan(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, ATTN_SMOD_DEP_Q, &lv);
+  eval_scalars(m, lv.c0, lv.n0, (float)b + 1.0f, (float)h + 1.0f, 0.0f, 0.0f, &lv);
+  eval_scalars(m, lv.c1, lv.n1, (float)b + 1.0f, (float)h + 1.0f, (float)i + 1.0f, 0.0f, &lv);
   for (int64_t j0 = 0; j0 < nk; j0 += LINE) {
     int n = (int)(nk - j0 < LINE ? nk - j0 : LINE);
     float *dsl = ds + j0;
@@ -597,8 +662,8 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
       memset(dsl, 0, (size_t)n * sizeof(float));
       continue;
     }
-    eval_line(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, (float)b + 1.0f, (float)h + 1.0f, (float)i + 1.0f, 0.0f,
-              (float)(k0 + j0) + 1.0f, 1.0f, n, pre + j0, 1, &lv);
+    eval_vectors(m, (float)i + 1.0f, 0.0f, (float)(k0 + j0) + 1.0f, 1.0f, n, pre + j0, NULL, &lv);
+    for (int t = 0; t < m->n; t++) broadcast(&lv, t, n); /* every value as elements, for the adjoints */
     for (int t = 0; t < m->n; t++)
       if (need[t]) memset(adj[t], 0, (size_t)n * sizeof(float));
     memcpy(adj[last], dsl, (size_t)n * sizeof(float));
