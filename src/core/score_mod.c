@@ -443,7 +443,7 @@ VECTOR_CLONES static void eval_vectors(const attn_score_mod *m, float q0, float 
     if (no == 2 && !scalar_operand_ok(in->op)) X = lv->p[in->a];
     switch (in->op) {
     case ATTN_SMOD_SCORE:
-      if (out == out_last)
+      if (out == out_last && out != score)
         memcpy(out, score, (size_t)n * sizeof(float));
       else
         lv->p[i] = score;
@@ -493,9 +493,11 @@ VECTOR_CLONES static void eval_vectors(const attn_score_mod *m, float q0, float 
         step[nv++] = tb->stride[d];
       }
       const float *data = tb->data + base;
-      if (aff) { /* a fixed step along the line: a (strided) copy */
+      if (aff) { /* a fixed step along the line: read in place (step 1), or a strided copy */
         const float *d0 = data + a0;
-        if (ast == 1)
+        if (ast == 1 && out != out_last)
+          lv->p[i] = d0;
+        else if (ast == 1)
           memcpy(out, d0, (size_t)n * sizeof(float));
         else
           for (int j = 0; j < n; j++) out[j] = d0[j * ast];
@@ -565,10 +567,8 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
         score = buf;
       }
       float qj = along_q ? q + (float)j0 : q, kj = along_q ? k : k + (float)j0;
-      if (direct) { /* the score line is read before the last op writes it (no op reads it after) */
-        for (int j = 0; j < n; j++) buf[j] = e[j];
-        score = buf;
-      }
+      /* direct: the last op may write the line it reads the score from, element by element (each element
+       * is read before it is written, and no op runs after it) */
       eval_vectors(m, qj, along_q ? 1.0f : 0.0f, kj, along_q ? 0.0f : 1.0f, n, score, direct ? e : NULL, &lv);
       if (direct) continue;
       if (!lv.in_vec[last]) { /* constant along the line */
