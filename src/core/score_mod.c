@@ -622,7 +622,7 @@ int64_t attn_score_mod_grad_floats(const attn_score_mod *m, int64_t *off) {
 #define ADJ_LOOP(acc, expr)                                                                                           \
   do {                                                                                                                \
     float *acc_ = (acc);                                                                                              \
-    for (int j = 0; j < n; j++) {                                                                                     \
+    _Pragma("omp simd") for (int j = 0; j < n; j++) {                                                                 \
       float g = A[j], x = X[j], y = Y[j], z = Z[j], r = R[j];                                                         \
       (void)g, (void)x, (void)y, (void)z, (void)r;                                                                    \
       acc_[j] += (expr);                                                                                              \
@@ -635,8 +635,9 @@ static int propagates(int op) {
            op == ATTN_SMOD_CEIL || op == ATTN_SMOD_SIGN);
 }
 
-void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t nk,
-                                 const float *pre, float *ds, float *gbuf, const int64_t *off) {
+VECTOR_CLONES void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, int64_t i, int64_t k0,
+                                               int64_t nk, const float *pre, float *ds, float *gbuf,
+                                               const int64_t *off) {
   line_vals lv;
   float adj[ATTN_SMOD_MAX_INSNS][LINE];
   unsigned char need[ATTN_SMOD_MAX_INSNS];
@@ -651,6 +652,17 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
       for (int o = 0; o < no; o++) need[t] |= need[ops[o]];
     if (in->op == ATTN_SMOD_WHERE) need[t] = need[in->b] | need[in->c];
   }
+  /* the values the adjoints read: the nodes that carry one and their operands */
+  unsigned char used[ATTN_SMOD_MAX_INSNS] = {0};
+  for (int t = 0; t < m->n; t++) {
+    if (!need[t]) continue;
+    const attn_smod_insn *in = &m->code[t];
+    used[t] = 1;
+    if (in->op == ATTN_SMOD_GATHER) continue; /* its indices: from their affine form or their elements, below */
+    if (in->a >= 0) used[in->a] = 1;
+    if (in->b >= 0) used[in->b] = 1;
+    if (in->c >= 0) used[in->c] = 1;
+  }
   int last = m->n - 1;
   plan(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, ATTN_SMOD_DEP_Q, &lv);
   eval_scalars(m, lv.c0, lv.n0, (float)b + 1.0f, (float)h + 1.0f, 0.0f, 0.0f, &lv);
@@ -663,7 +675,8 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
       continue;
     }
     eval_vectors(m, (float)i + 1.0f, 0.0f, (float)(k0 + j0) + 1.0f, 1.0f, n, pre + j0, NULL, &lv);
-    for (int t = 0; t < m->n; t++) broadcast(&lv, t, n); /* every value as elements, for the adjoints */
+    for (int t = 0; t < m->n; t++)
+      if (used[t]) broadcast(&lv, t, n); /* as elements, for the adjoints */
     for (int t = 0; t < m->n; t++)
       if (need[t]) memset(adj[t], 0, (size_t)n * sizeof(float));
     memcpy(adj[last], dsl, (size_t)n * sizeof(float));
@@ -728,6 +741,25 @@ void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, 
         float *gt = gbuf + off[in->tbl];
         int64_t cstride[ATTN_MAX_DIMS], acc = 1;
         for (int d = tb->ndim - 1; d >= 0; d--) cstride[d] = acc, acc *= tb->size[d];
+        int aff = 1;
+        int64_t o0 = 0, ost = 0;
+        for (int d = 0; d < in->nd; d++) {
+          int o = in->ix[d];
+          if (lv.in_vec[o] && !lv.affine[o]) aff = 0;
+          o0 += ((lv.in_vec[o] ? lv.base[o] : (int64_t)lv.sc[o]) - 1) * cstride[d];
+          ost += (lv.in_vec[o] ? lv.coef[o] : 0) * cstride[d];
+        }
+        if (aff) { /* a fixed step: no float-to-int conversion */
+          float *g0 = gt + o0;
+          if (ost == 1) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) g0[j] += A[j];
+          } else {
+            for (int j = 0; j < n; j++) g0[j * ost] += A[j];
+          }
+          break;
+        }
+        for (int d = 0; d < in->nd; d++) broadcast(&lv, in->ix[d], n);
         for (int j = 0; j < n; j++) {
           int64_t o = 0;
           for (int d = 0; d < in->nd; d++) o += ((int64_t)lv.p[in->ix[d]][j] - 1) * cstride[d];
