@@ -21,6 +21,46 @@ local function score_mod_tables(sm)
   return tables
 end
 
+-- A mask_mod given without a block_mask runs as the block mask it makes
+-- (exact: its partial blocks keep every element), so that the kernels skip
+-- its empty blocks; kept per program for the sizes and the versions of the
+-- tensors it read (an in-place change to one makes it anew). Only for 4-D
+-- calls, where the block mask's B and H are the program's b and h.
+local block_masks = setmetatable({}, { __mode = "k" })
+
+local function dim4(t) return is_tensor(t) and t:dim() == 4 end
+
+local function mask_mod_as_block_mask(q, k, v, opts)
+  local mm = opts.mask_mod
+  if opts.block_mask ~= nil or getmetatable(mm) ~= "attn.ScoreMod" or not (dim4(q) and dim4(k) and dim4(v)) then
+    return opts
+  end
+  for _, t in ipairs { opts.mask, opts.bias } do
+    if t ~= nil and (not is_tensor(t) or t:dim() > 4) then return opts end
+  end
+  -- the call's B and H: the sizes that broadcast (q's heads with enable_gqa)
+  local B, H = 1, 1
+  for _, t in ipairs { q, k, v, opts.mask or false, opts.bias or false } do
+    if t and t:dim() == 4 then B = math.max(B, t:size(1)) end
+    if t and t:dim() >= 3 and (t == q or not opts.enable_gqa) then H = math.max(H, t:size(-3)) end
+  end
+  local lq, lk = q:size(3), k:size(3)
+  local kind, tables = core._score_program_info(mm)
+  if kind ~= "mask" then return opts end -- the options parser words the error
+  local key = { B, H, lq, lk }
+  for _, t in ipairs(tables) do key[#key + 1] = core._version(t) end
+  key = table.concat(key, ",")
+  local kept = block_masks[mm]
+  if not (kept and kept.key == key) then
+    kept = { key = key, bm = core.block_mask(mm, B, H, lq, lk) }
+    block_masks[mm] = kept
+  end
+  local o = {}
+  for name, value in pairs(opts) do o[name] = value end
+  o.mask_mod, o.block_mask = nil, kept.bm
+  return o
+end
+
 -- The recorded call with the bias as an input of its own (a tensor inside
 -- the options table would not be one), and score_mod's captured tensors
 -- after the options: inner(q, k, v, bias or false, opts, table_1, ...).
@@ -125,6 +165,7 @@ function M.scaled_dot_product_attention(...)
     error(("%s: bad option 'dropout_p' (expected a number in [0, 1], got %s)"):format(SDPA,
       p ~= p and "nan" or p == math.floor(p) and ("%.1f"):format(p) or ("%g"):format(p)), 2)
   end
+  if opts and opts.mask_mod ~= nil then opts = mask_mod_as_block_mask(q, k, v, opts) end
   local bias = opts and opts.bias
   local sm = opts and opts.score_mod
   if sm ~= nil and getmetatable(sm) == "attn.ScoreMod" then -- its captured tensors are the node's inputs too
