@@ -30,7 +30,15 @@
  * (1 - y) y, minimum/maximum halved on ties, clamp by its bounds, where by
  * its condition, floor ceil sign 0), giving the score's gradient and the
  * gathers' gradients scattered into a buffer of the caller's (one per work
- * chunk, reduced in a fixed order: sdpa_backward.c). */
+ * chunk, reduced in a fixed order: sdpa_backward.c).
+ *
+ * Cost (flash, [1, 8, 1024, 64], one thread, CPU time, best of 5, machine at
+ * load 9): s + rel[h, q - k + L] 1.32-1.36x the plain forward, 1.65x forward
+ * + backward (the backward evaluates the program twice: for P, then for the
+ * adjoints); s - slope[h] |q - k| 1.19x the built-in alibi_slopes; (s / c)
+ * tanh * c 1.15x the built-in softcap (the same bits). What remains is the
+ * interpretation per line of at most 64 elements (a dispatch and the affine
+ * bookkeeping per instruction). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

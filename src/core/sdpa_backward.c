@@ -35,7 +35,12 @@
  * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
  * Each variant's term: the window cuts the key range like causal (hidden
  * keys have P = 0, so dS' = 0 there); ALiBi adds a constant to S (its slopes
- * get no gradient); the bias's gradient is dS', taken before the cap's
+ * get no gradient); score_mod: its program's derivative at the capped
+ * score (kept in `capped`, recomputed as for softcap) turns dS' into the
+ * capped score's gradient, and its tables' gradients go to one buffer per
+ * slice (one pass over the kv groups then, each slice's buffer filled by
+ * one item), summed in increasing slice order after the parallel region;
+ * the bias's gradient is dS', taken before the cap's
  * derivative, since the bias is added after the cap; softcap recomputes S'
  * from q and k (math too: its saved P cannot give S' back where P
  * underflowed), one tanh per score as in the forward; enable_gqa: query head
