@@ -302,16 +302,18 @@ typedef struct line_vals {
   float vec[ATTN_SMOD_MAX_INSNS][LINE];
 } line_vals;
 
-static void plan(const attn_score_mod *m, unsigned vary, unsigned fixed, line_vals *lv) {
+/* live: NULL, or the varying values to compute (the others are skipped) */
+static void plan(const attn_score_mod *m, unsigned vary, unsigned fixed, const unsigned char *live, line_vals *lv) {
   lv->n0 = lv->n1 = lv->n2 = 0;
   for (int i = 0; i < m->n; i++) {
     unsigned d = m->code[i].deps;
-    if (d & vary)
-      lv->c2[lv->n2++] = (short)i;
-    else if (d & fixed)
+    if (d & vary) {
+      if (!live || live[i]) lv->c2[lv->n2++] = (short)i;
+    } else if (d & fixed) {
       lv->c1[lv->n1++] = (short)i;
-    else
+    } else {
       lv->c0[lv->n0++] = (short)i;
+    }
   }
 }
 
@@ -553,7 +555,7 @@ void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t 
   line_vals lv;
   int along_q = rs == 1 && ni > 1 && cs != 1; /* flash's transposed tiles: lines of query rows */
   unsigned vary = ATTN_SMOD_DEP_S | (along_q ? ATTN_SMOD_DEP_Q : ATTN_SMOD_DEP_K);
-  plan(m, vary, along_q ? ATTN_SMOD_DEP_K : ATTN_SMOD_DEP_Q, &lv);
+  plan(m, vary, along_q ? ATTN_SMOD_DEP_K : ATTN_SMOD_DEP_Q, NULL, &lv);
   float fb = (float)b + 1.0f, fh = (float)h + 1.0f;
   eval_scalars(m, lv.c0, lv.n0, fb, fh, 0.0f, 0.0f, &lv);
   int64_t nlines = along_q ? nk : ni, len = along_q ? ni : nk;
@@ -661,18 +663,38 @@ VECTOR_CLONES void attn_score_mod_backward_row(const attn_score_mod *m, int64_t 
     if (in->op == ATTN_SMOD_WHERE) need[t] = need[in->b] | need[in->c];
   }
   /* the values the adjoints read: the nodes that carry one and their operands */
-  unsigned char used[ATTN_SMOD_MAX_INSNS] = {0};
+  unsigned char used[ATTN_SMOD_MAX_INSNS] = {0}, live[ATTN_SMOD_MAX_INSNS] = {0};
   for (int t = 0; t < m->n; t++) {
     if (!need[t]) continue;
     const attn_smod_insn *in = &m->code[t];
-    used[t] = 1;
-    if (in->op == ATTN_SMOD_GATHER) continue; /* its indices: from their affine form or their elements, below */
-    if (in->a >= 0) used[in->a] = 1;
-    if (in->b >= 0) used[in->b] = 1;
-    if (in->c >= 0) used[in->c] = 1;
+    switch (in->op) {
+    case ATTN_SMOD_ADD: case ATTN_SMOD_SUB: case ATTN_SMOD_NEG: case ATTN_SMOD_SCORE: break; /* read no value */
+    case ATTN_SMOD_EXP: case ATTN_SMOD_SQRT: case ATTN_SMOD_TANH: case ATTN_SMOD_SIGMOID: used[t] = 1; break;
+    case ATTN_SMOD_WHERE: used[in->a] = 1; break;
+    case ATTN_SMOD_GATHER: /* its indices: from their affine form or their elements (broadcast there) */
+      for (int d = 0; d < in->nd; d++) live[in->ix[d]] = 1;
+      break;
+    default:
+      if (in->a >= 0) used[in->a] = 1;
+      if (in->b >= 0) used[in->b] = 1;
+      if (in->c >= 0) used[in->c] = 1;
+      break;
+    }
   }
+  /* what the read values need computed, down to the leaves */
+  for (int t = m->n - 1; t >= 0; t--) {
+    live[t] |= used[t];
+    if (!live[t]) continue;
+    const attn_smod_insn *in = &m->code[t];
+    if (in->a >= 0) live[in->a] = 1;
+    if (in->b >= 0) live[in->b] = 1;
+    if (in->c >= 0) live[in->c] = 1;
+    if (in->op == ATTN_SMOD_GATHER)
+      for (int d = 0; d < in->nd; d++) live[in->ix[d]] = 1;
+  }
+  static const float zeros[LINE];
   int last = m->n - 1;
-  plan(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, ATTN_SMOD_DEP_Q, &lv);
+  plan(m, ATTN_SMOD_DEP_S | ATTN_SMOD_DEP_K, ATTN_SMOD_DEP_Q, live, &lv);
   eval_scalars(m, lv.c0, lv.n0, (float)b + 1.0f, (float)h + 1.0f, 0.0f, 0.0f, &lv);
   eval_scalars(m, lv.c1, lv.n1, (float)b + 1.0f, (float)h + 1.0f, (float)i + 1.0f, 0.0f, &lv);
   for (int64_t j0 = 0; j0 < nk; j0 += LINE) {
@@ -691,9 +713,11 @@ VECTOR_CLONES void attn_score_mod_backward_row(const attn_score_mod *m, int64_t 
     for (int t = last; t >= 0; t--) {
       if (!need[t]) continue;
       const attn_smod_insn *in = &m->code[t];
-      const float *A = adj[t], *R = lv.p[t];
-      const float *X = in->a >= 0 ? lv.p[in->a] : R, *Y = in->b >= 0 ? lv.p[in->b] : R,
-                  *Z = in->c >= 0 ? lv.p[in->c] : R;
+      /* the values this adjoint reads (zeros for those it does not: never read, but loaded) */
+      const float *A = adj[t], *R = used[t] ? lv.p[t] : zeros;
+      const float *X = in->a >= 0 && used[in->a] ? lv.p[in->a] : zeros,
+                  *Y = in->b >= 0 && used[in->b] ? lv.p[in->b] : zeros,
+                  *Z = in->c >= 0 && used[in->c] ? lv.p[in->c] : zeros;
       int na = in->a >= 0 && need[in->a], nb = in->b >= 0 && need[in->b], nc = in->c >= 0 && need[in->c];
       switch (in->op) {
       case ATTN_SMOD_ADD:
