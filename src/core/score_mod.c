@@ -32,13 +32,14 @@
  * gathers' gradients scattered into a buffer of the caller's (one per work
  * chunk, reduced in a fixed order: sdpa_backward.c).
  *
- * Cost (flash, [1, 8, 1024, 64], one thread, CPU time, best of 5, machine at
- * load 9): s + rel[h, q - k + L] 1.32-1.36x the plain forward, 1.65x forward
- * + backward (the backward evaluates the program twice: for P, then for the
- * adjoints); s - slope[h] |q - k| 1.19x the built-in alibi_slopes; (s / c)
- * tanh * c 1.15x the built-in softcap (the same bits). What remains is the
- * interpretation per line of at most 64 elements (a dispatch and the affine
- * bookkeeping per instruction). */
+ * Cost (flash, [1, 8, 1024, 64], one thread, CPU time, best of 5 rounds,
+ * three runs at load 5): s + rel[h, q - k + L] 1.19-1.25x the plain forward,
+ * 1.42-1.45x forward + backward (the backward evaluates the program twice:
+ * for P, then only the values its adjoints read); s - slope[h] |q - k|
+ * 1.19-1.22x the built-in alibi_slopes; (s / c):tanh() * c 1.10x the
+ * built-in softcap (the same bits). What remains is the interpretation per
+ * line of at most 64 elements (a dispatch and the affine bookkeeping per
+ * instruction) and one pass per instruction that needs elements. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
