@@ -409,7 +409,7 @@ local function hash(t)
   end
 end
 for _, kernel in ipairs({"math", "flash"}) do
-  for _, s in ipairs({ {2, 4, 300}, {1, 2, 700} }) do
+  for _, s in ipairs({ {2, 4, 300}, {1, 2, 700}, {1, 1, 700} }) do
     local B, H, L = s[1], s[2], s[3]
     local q, k, v = attn.randn(B, H, L, 32):requires_grad_(), attn.randn(B, H, L, 32):requires_grad_(), attn.randn(B, H, L, 32):requires_grad_()
     local rel = attn.randn(H, 2 * L - 1):requires_grad_()
