@@ -224,7 +224,7 @@ local function compile(root)
   local function emit(n)
     if ids[n] then return ids[n] end
     local ins = { op = n.op, k = n.k or nil }
-    local key = { n.op, n.k and num_str(n.k) or "" }
+    local key = { n.op, n.k and ("%.17g"):format(n.k) or "" }
     if n.op == "gather" then
       if not tindex[n.t] then
         tables[#tables + 1] = n.t
