@@ -51,6 +51,25 @@ describe("attn.score_mod / attn.mask_mod: tracing", function()
     assert.equal("attn.score_mod((-score ^ 2))", tostring(attn.score_mod(function(s) return (-s) ^ 2 end)))
   end)
 
+  it("equal subexpressions are one operation; more than 128 operations is an error", function()
+    -- 100 sums of the same |q - k|: s, q, k, q - k, |q - k| and 100 sums without sharing would be 500
+    local function f(s, b, h, q, k)
+      local x = s
+      for _ = 1, 100 do x = x + (q - k):abs() * 0.01 end
+      return x
+    end
+    local q, k, v = inputs(1, 1, 6, 9, 4)
+    assert_close(sdpa(q, k, v, { score_mod = attn.score_mod(f) }), reference(q, k, v, f), 1e-5, 1e-6, "out")
+    local ok, e = pcall(attn.score_mod, function(s)
+      local x = s
+      for i = 1, 130 do x = x * 1.5 + i end
+      return x
+    end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("attn.score_mod: the traced expression has 392 operations, at most 128 are "
+      .. "supported", 1, true), tostring(e))
+  end)
+
   it("a function that ignores its arguments gives a constant program", function()
     local q, k, v = inputs(1, 1, 5, 7, 4)
     local out = sdpa(q, k, v, { score_mod = attn.score_mod(function(_, b) return b * 0 end) })
