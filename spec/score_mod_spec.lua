@@ -366,8 +366,8 @@ describe("attn.block_mask with a mask_mod", function()
     local t = attn.zeros(10)
     local ok, e = pcall(attn.block_mask, attn.mask_mod(function(b, h, q, k) return t[q]:eq(0) end), 1, 1, 12, 12)
     assert.is_false(ok)
-    assert.truthy(tostring(e):find("attn.mask_mod: index 1 of captured tensor #1 (size 10 along it) may range over "
-      .. "[1, 12]", 1, true), tostring(e))
+    assert.truthy(tostring(e):find("attn.mask_mod: index 1 of captured tensor #1 is 11 at b = 1, h = 1, q = 11, "
+      .. "k = 1: out of range (expected 1..10)", 1, true), tostring(e))
     ok, e = pcall(attn.block_mask, attn.score_mod(function(s) return s end), 1, 1, 12, 12)
     assert.is_false(ok)
     assert.truthy(tostring(e):find("expected a mask function: attn.mask_mod(fn)", 1, true), tostring(e))
@@ -492,15 +492,38 @@ describe("attn.score_mod / attn.mask_mod: bad input", function()
   it("an index out of the table's range is an error at call time, naming attn.score_mod", function()
     local sm = attn.score_mod(function(s, b, h, qq, kk) return s + t[qq + 1] end)
     local e = err_of(sdpa, q, k, v, { score_mod = sm })
-    assert.truthy(e:find("attn.score_mod: index 1 of captured tensor #1 (size 8 along it) may range over [2, 9]", 1,
-      true), e)
+    assert.truthy(e:find("attn.score_mod: index 1 of captured tensor #1 is 9 at b = 1, h = 1, q = 8, k = 1: out of "
+      .. "range (expected 1..8)", 1, true), e)
+    -- in range where the bound over the call's positions cannot prove it (a where keeps it in), it runs: the
+    -- indices are checked at every position then; the value is the clamped expression's
+    local t12 = attn.arange(1, 13):view(12) * 0.5
+    local q12, k12, v12 = attn.randn(1, 2, 12, 4), attn.randn(1, 2, 12, 4), attn.randn(1, 2, 12, 4)
+    local ix_where = attn.score_mod(function(s, b, h, qq, kk)
+      return s + t12[attn.where(qq:le(6), qq + 6, qq)] end)
+    local ix_clamp = attn.score_mod(function(s, b, h, qq, kk)
+      return s + t12[attn.where(qq:le(6), qq + 6, qq):clamp(1, 12)] end)
+    for _, kernel in ipairs({ "math", "flash" }) do
+      local a = sdpa(q12, k12, v12, { score_mod = ix_where, kernel = kernel })
+      local c = sdpa(q12, k12, v12, { score_mod = ix_clamp, kernel = kernel })
+      assert.is_true(a:equal(c), kernel)
+    end
+    local beyond = attn.score_mod(function(s, b, h, qq, kk)
+      return s + t12[attn.where(qq:le(7), qq + 6, qq)] end)
+    e = err_of(sdpa, q12, k12, v12, { score_mod = beyond })
+    assert.truthy(e:find("attn.score_mod: index 1 of captured tensor #1 is 13 at b = 1, h = 1, q = 7, k = 1: out of "
+      .. "range (expected 1..12)", 1, true), e)
+    -- a where's true branch that is the compared value itself is bounded by the comparison (T5's bucket)
+    local bounded = attn.score_mod(function(s, b, h, qq, kk)
+      return s + t12[attn.where((qq + kk):lt(12), qq + kk, 12)] end)
+    local bounded_clamp = attn.score_mod(function(s, b, h, qq, kk) return s + t12[(qq + kk):clamp(1, 12)] end)
+    assert.is_true(sdpa(q12, k12, v12, { score_mod = bounded }):equal(sdpa(q12, k12, v12, { score_mod = bounded_clamp })))
     -- clamped into range it runs
     local ok = attn.score_mod(function(s, b, h, qq, kk) return s + t[(qq + 1):clamp(1, 8)] end)
     assert.equal(8, sdpa(q, k, v, { score_mod = ok }):size(3))
     local mm = attn.mask_mod(function(b, h, qq, kk) return t[{ kk - 1 }]:eq(0) end)
     e = err_of(sdpa, q, k, v, { mask_mod = mm })
-    assert.truthy(e:find("attn.mask_mod: index 1 of captured tensor #1 (size 8 along it) may range over [0, 7]", 1,
-      true), e)
+    assert.truthy(e:find("attn.mask_mod: index 1 of captured tensor #1 is 0 at b = 1, h = 1, q = 1, k = 1: out of "
+      .. "range (expected 1..8)", 1, true), e)
   end)
 
   it("options of the wrong kind", function()

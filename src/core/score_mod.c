@@ -134,6 +134,73 @@ static span mul_span(span a, span b) {
   return r;
 }
 
+static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const float *v);
+
+/* Gather g's indices at every point of the box, exactly: the fallback when
+ * the interval bound cannot prove them in range (a where whose discarded
+ * branch would leave it, as T5's bucket: base + where(n < e, n, large)).
+ * Only the instructions the unproven indices (bit d of dims: index d) read
+ * run, over only the positions they read; gathers among them were checked
+ * before (instruction order). Costs
+ * one scalar pass over those positions (e.g. Lq x Lk for an index of q and
+ * k; a clamp in the expression lets the bound prove it instead). ATTN_OK
+ * when every index is in range, ATTN_EARG naming the first point that is
+ * not; *decided = 0 when it cannot tell (an index that reads the score). */
+static attn_status check_gather_exact(const attn_score_mod *m, int g, unsigned dims, const char *what, int64_t nb,
+                                      int64_t nh, int64_t lq, int64_t lk, int *decided) {
+  const attn_smod_insn *gi = &m->code[g];
+  const attn_smod_table *t = &m->tables[gi->tbl];
+  unsigned char need[ATTN_SMOD_MAX_INSNS] = {0};
+  unsigned deps = 0;
+  for (int d = 0; d < gi->nd; d++)
+    if (dims >> d & 1u) need[gi->ix[d]] = 1, deps |= m->code[gi->ix[d]].deps;
+  *decided = 0;
+  if (deps & ATTN_SMOD_DEP_S) return ATTN_OK;
+  *decided = 1;
+  short cone[ATTN_SMOD_MAX_INSNS];
+  int nc = 0;
+  for (int i = g - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const attn_smod_insn *in = &m->code[i];
+    if (in->a >= 0) need[in->a] = 1;
+    if (in->b >= 0) need[in->b] = 1;
+    if (in->c >= 0) need[in->c] = 1;
+    if (in->op == ATTN_SMOD_GATHER)
+      for (int d = 0; d < in->nd; d++) need[in->ix[d]] = 1;
+  }
+  for (int i = 0; i < g; i++)
+    if (need[i]) cone[nc++] = (short)i;
+  int64_t eb = deps & ATTN_SMOD_DEP_B ? nb : 1, eh = deps & ATTN_SMOD_DEP_H ? nh : 1;
+  int64_t eq = deps & ATTN_SMOD_DEP_Q ? lq : 1, ek = deps & ATTN_SMOD_DEP_K ? lk : 1;
+  float v[ATTN_SMOD_MAX_INSNS] = {0};
+  for (int64_t b = 1; b <= eb; b++)
+    for (int64_t h = 1; h <= eh; h++)
+      for (int64_t q = 1; q <= eq; q++)
+        for (int64_t k = 1; k <= ek; k++) {
+          for (int c = 0; c < nc; c++) {
+            const attn_smod_insn *in = &m->code[cone[c]];
+            switch (in->op) {
+            case ATTN_SMOD_B: v[cone[c]] = (float)b; break;
+            case ATTN_SMOD_H: v[cone[c]] = (float)h; break;
+            case ATTN_SMOD_Q: v[cone[c]] = (float)q; break;
+            case ATTN_SMOD_K: v[cone[c]] = (float)k; break;
+            default: v[cone[c]] = scalar_op(m, in, v); break;
+            }
+          }
+          for (int d = 0; d < gi->nd; d++) {
+            if (!(dims >> d & 1u)) continue;
+            float x = v[gi->ix[d]];
+            if (!(x >= 1.0f && (double)x <= (double)t->size[d]))
+              return attn_fail(ATTN_EARG,
+                               "%s: index %d of captured tensor #%d is %.9g at b = %lld, h = %lld, q = %lld, k = %lld: "
+                               "out of range (expected 1..%lld)",
+                               what, d + 1, gi->tbl + 1, (double)x, (long long)b, (long long)h, (long long)q,
+                               (long long)k, (long long)t->size[d]);
+          }
+        }
+  return ATTN_OK;
+}
+
 attn_status attn_score_mod_check(const attn_score_mod *m, const char *what, int64_t nb, int64_t nh, int64_t lq,
                                  int64_t lk) {
   span v[ATTN_SMOD_MAX_INSNS];
@@ -178,10 +245,37 @@ attn_status attn_score_mod_check(const attn_score_mod *m, const char *what, int6
     case ATTN_SMOD_NE: case ATTN_SMOD_AND: case ATTN_SMOD_OR: case ATTN_SMOD_NOT:
       r = (span){0, 1};
       break;
-    case ATTN_SMOD_WHERE: r = (span){b.lo < c.lo ? b.lo : c.lo, b.hi > c.hi ? b.hi : c.hi}; break;
+    case ATTN_SMOD_WHERE: {
+      /* the true branch, when it is a compared value itself, holds only where the comparison is true (T5's
+         bucket: where(n < e, n, large) keeps n below e). Only the true one: NaN fails every comparison, so
+         it reaches the false branch, never the true one. */
+      span tb = b, fb = c;
+      const attn_smod_insn *cond = &m->code[in->a];
+      int lt = cond->op == ATTN_SMOD_LT || cond->op == ATTN_SMOD_LE, gt = cond->op == ATTN_SMOD_GT || cond->op == ATTN_SMOD_GE;
+      if (lt || gt) {
+        span x = v[cond->a], y = v[cond->b];
+        if (in->b == cond->a) tb = lt ? (span){x.lo, x.hi < y.hi ? x.hi : y.hi} : (span){x.lo > y.lo ? x.lo : y.lo, x.hi};
+        else if (in->b == cond->b) tb = lt ? (span){y.lo > x.lo ? y.lo : x.lo, y.hi} : (span){y.lo, y.hi < x.hi ? y.hi : x.hi};
+        if (tb.lo > tb.hi) tb = b; /* never taken: keep its own span */
+      }
+      r = (span){tb.lo < fb.lo ? tb.lo : fb.lo, tb.hi > fb.hi ? tb.hi : fb.hi};
+      break;
+    }
     case ATTN_SMOD_GATHER: {
       const attn_smod_table *t = &m->tables[in->tbl];
+      int proven = 1;
+      unsigned unproven = 0;
       for (int d = 0; d < in->nd; d++) {
+        span ix = v[in->ix[d]];
+        if (!(ix.lo >= 1 && ix.hi <= (double)t->size[d])) proven = 0, unproven |= 1u << d;
+      }
+      if (!proven) {
+        int decided;
+        attn_status exact = check_gather_exact(m, i, unproven, what, nb, nh, lq, lk, &decided);
+        if (exact != ATTN_OK) return exact;
+        proven = decided;
+      }
+      for (int d = 0; d < in->nd && !proven; d++) {
         span ix = v[in->ix[d]];
         if (!(ix.lo >= 1 && ix.hi <= (double)t->size[d])) {
           char lo[32], hi[32];

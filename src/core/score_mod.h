@@ -75,11 +75,13 @@ typedef struct attn_score_mod {
 attn_status attn_score_mod_finish(attn_score_mod *m);
 
 /* Every gather's indices stay inside its table over the box b in [1, nb], h
- * in [1, nh], q in [1, lq], k in [1, lk] (interval arithmetic over the
- * program: conservative, a value the box cannot reach may still be
- * refused), and the tables' strides fit. ATTN_EARG naming what (e.g.
- * "attn.score_mod") otherwise. Called before any kernel runs: the kernels
- * then read in range without a check. */
+ * in [1, nh], q in [1, lq], k in [1, lk], and the tables' strides fit.
+ * Interval arithmetic over the program proves most indices in range at no
+ * cost; an index it cannot prove (it is conservative: a where may keep the
+ * value in range where its bound does not) is evaluated at every position
+ * it reads, so the answer is exact. ATTN_EARG naming what (e.g.
+ * "attn.score_mod") and the first position out of range otherwise. Called
+ * before any kernel runs: the kernels then read in range without a check. */
 attn_status attn_score_mod_check(const attn_score_mod *m, const char *what, int64_t nb, int64_t nh, int64_t lq,
                                  int64_t lk);
 
