@@ -3,6 +3,8 @@
 -- LIST is comma-separated from: fma_peak, sgemm_peak, A, A_causal, B, B_causal,
 -- C_causal, A_bwd, A_causal_bwd, B_bwd, C_causal_bwd (forward + backward),
 -- options_bwd (each variant's cost on A's flash forward + backward),
+-- score_mod_relbias, score_mod_alibi, score_mod_softcap, mask_mod_document
+-- (attn.score_mod / attn.mask_mod against the plain or built-in call, same rounds),
 -- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, tokenize, gpt2_decode (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
@@ -313,6 +315,112 @@ if wanted("options_bwd") then
            ms = ms, fwd_ms = fwd_ms, gflops = 14.0 * b * h * n * n * e / (ms * 1e6), x_plain = ms / best[1].ms,
            fwd_x_plain = fwd_ms / best[1].fwd }
   end
+end
+
+-- the best ms of each of fns, run interleaved (one call each per round, round 0
+-- warms up), so that a change of load hits them alike
+local function interleaved_ms(label, fns)
+  local best = {}
+  local p = attn.progress(opts.reps + 1, label)
+  for round = 0, opts.reps do
+    for i, fn in ipairs(fns) do
+      collectgarbage()
+      local t0 = attn.clock()
+      fn()
+      local dt = (attn.clock() - t0) * 1000
+      if round > 0 then best[i] = math.min(best[i] or math.huge, dt) end
+    end
+    p:step()
+  end
+  p:done()
+  return best
+end
+
+-- score_mod_relbias (api.md "Scriptable scores"): B's shape on the flash
+-- kernel with a learnable relative-position table [H, 2L - 1] read by a
+-- score_mod; ms is forward + backward through autograd (dout = out, the
+-- table's gradient filled), fwd_ms the forward alone (no_grad), each beside
+-- the plain call timed the same way in the same rounds (plain_ms,
+-- plain_fwd_ms: B_bwd and B) and their ratios ratio_to_plain, fwd_ratio_to_plain
+if wanted("score_mod_relbias") then
+  local b, h, n, e = 1, 8, 4096, 64
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local rel = attn.zeros(h, 2 * n - 1, { requires_grad = true })
+  local sm = attn.score_mod(function(s, _, hh, qq, kk) return s + rel[{ hh, qq - kk + n }] end)
+  local function fwd(o) return function() attn.no_grad(attn.scaled_dot_product_attention, q, k, v, o) end end
+  local function fwd_bwd(o)
+    return function()
+      local qg, kg, vg = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_()
+      local out = attn.scaled_dot_product_attention(qg, kg, vg, o)
+      out:backward(out:detach())
+      rel.grad = nil
+    end
+  end
+  local plain, flex = { kernel = "flash" }, { kernel = "flash", score_mod = sm }
+  local t = interleaved_ms("score_mod_relbias", { fwd(plain), fwd(flex), fwd_bwd(plain), fwd_bwd(flex) })
+  emit { case = "score_mod_relbias", kernel = "flash", b = b, h = h, lq = n, lk = n, e = e, causal = false,
+         ms = t[4], fwd_ms = t[2], plain_ms = t[3], plain_fwd_ms = t[1], ratio_to_plain = t[4] / t[3],
+         fwd_ratio_to_plain = t[2] / t[1], gflops = 14.0 * b * h * n * n * e / (t[4] * 1e6) }
+end
+
+-- score_mod_alibi, score_mod_softcap: B's forward on the flash kernel with
+-- ALiBi (the paper's slopes) or softcap 30 written as a score_mod, beside the
+-- built-in option (builtin_ms, ratio_to_builtin) and the plain B (plain_ms),
+-- interleaved in the same rounds
+local score_mod_builtin = {
+  { "score_mod_alibi", function(h)
+    local slopes = attn.alibi_slopes(h)
+    return attn.score_mod(function(s, _, hh, qq, kk) return s - slopes[hh] * (qq - kk):abs() end),
+      { alibi_slopes = slopes }
+  end },
+  { "score_mod_softcap", function()
+    return attn.score_mod(function(s) return (s / 30):tanh() * 30 end), { softcap = 30 }
+  end },
+}
+for _, c in ipairs(score_mod_builtin) do
+  if wanted(c[1]) then
+    local b, h, n, e = 1, 8, 4096, 64
+    attn.manual_seed(0)
+    local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+    local sm, builtin = c[2](h)
+    builtin.kernel = "flash"
+    local function run(o) return function() attn.scaled_dot_product_attention(q, k, v, o) end end
+    local t = interleaved_ms(c[1], { run { kernel = "flash" }, run(builtin), run { kernel = "flash", score_mod = sm } })
+    emit { case = c[1], kernel = "flash", b = b, h = h, lq = n, lk = n, e = e, causal = false, ms = t[3],
+           builtin_ms = t[2], plain_ms = t[1], ratio_to_builtin = t[3] / t[2], ratio_to_plain = t[3] / t[1],
+           gflops = 4.0 * b * h * n * n * e / (t[3] * 1e6) }
+  end
+end
+
+-- mask_mod_document: B's forward on the flash kernel, 8 equal documents,
+-- causal, as a mask_mod (document ids [1, L] captured) given as the mask_mod
+-- option (ms) and as attn.block_mask(mask_mod, ...) (block_mask_ms), beside
+-- the built-in block_mask.document and causal (builtin_ms; ratio_to_builtin
+-- = ms / builtin_ms) in the same rounds; build_ms / builtin_build_ms: the two
+-- attn.block_mask calls; gflops counted dense-equivalent as every case
+if wanted("mask_mod_document") then
+  local b, h, n, e, docs = 1, 8, 4096, 64, 8
+  attn.manual_seed(0)
+  local q, k, v = attn.randn(b, h, n, e), attn.randn(b, h, n, e), attn.randn(b, h, n, e)
+  local ids = {}
+  for i = 0, n - 1 do ids[#ids + 1] = i * docs // n end
+  local doc = attn.tensor({ ids })
+  local mm = attn.mask_mod(function(bb, _, qq, kk) return doc[{ bb, qq }]:eq(doc[{ bb, kk }]):logical_and(qq:ge(kk)) end)
+  local builtin = attn.block_mask.and_(attn.block_mask.document(attn.tensor(ids)), attn.block_mask.causal)
+  local bm_mod, bm_builtin
+  local build_ms = best_ms("mask_mod_document build", function() bm_mod = attn.block_mask(mm, b, h, n, n) end,
+    opts.reps)
+  local builtin_build_ms = best_ms("mask_mod_document built-in build", function()
+    bm_builtin = attn.block_mask(builtin, b, h, n, n)
+  end, opts.reps)
+  local function run(o) return function() attn.scaled_dot_product_attention(q, k, v, o) end end
+  local t = interleaved_ms("mask_mod_document", { run { kernel = "flash", block_mask = bm_builtin },
+    run { kernel = "flash", mask_mod = mm }, run { kernel = "flash", block_mask = bm_mod } })
+  emit { case = "mask_mod_document", kernel = "flash", b = b, h = h, lq = n, lk = n, e = e, causal = true, docs = docs,
+         ms = t[2], block_mask_ms = t[3], builtin_ms = t[1], ratio_to_builtin = t[2] / t[1],
+         block_mask_ratio_to_builtin = t[3] / t[1], build_ms = build_ms, builtin_build_ms = builtin_build_ms,
+         gflops = 4.0 * b * h * n * n * e / (t[2] * 1e6) }
 end
 
 if wanted("C_causal_bwd") then

@@ -445,7 +445,8 @@ describe("sdpa backward: bad input", function()
   it("unknown options, wrong types, bad operands", function()
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", need_weights = true })
       :find("unknown option 'need_weights' (expected one of mask, bias, is_causal, scale, dropout_p, kernel, "
-        .. "dropout_draw, bias_grad, dweights, enable_gqa, window, alibi_slopes, softcap, block_mask)", 1, true))
+        .. "dropout_draw, bias_grad, dweights, enable_gqa, window, alibi_slopes, softcap, block_mask, score_mod, mask_mod, "
+        .. "score_mod_grads)", 1, true))
     assert.is_truthy(err(raw.sdpa_backward, dout, q, k, v, out, lse, { kernel = "flash", mask = 1 })
       :find("bad option 'mask' (expected attn.Tensor, got number)", 1, true))
     assert.is_truthy(err(raw.sdpa_backward, dout, "q", k, v, out, lse, { kernel = "flash" })

@@ -103,6 +103,8 @@ local autograd = require "attn.autograd"
 attn.autograd = autograd
 -- every recorded op in place of its raw C function (the index of which file holds which formula is there)
 require("attn.autograd.formulas").install(attn)
+-- attn.score_mod / attn.mask_mod, and the traced forms of attn.where and t[traced]
+require("attn.score_mod").install(attn, autograd)
 --- Run fn(...) with recording off and return its results (torch.no_grad).
 attn.no_grad = autograd.no_grad
 --- Run fn(...) with recording on (torch.enable_grad).

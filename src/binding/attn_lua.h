@@ -151,6 +151,8 @@ int attnL_sdpa_backward(lua_State *L);
 void attnL_open_block_mask(lua_State *L);
 /* attn.core.tokenizer: the GPT-2 tokenizer (lua_tokenizer.c). */
 void attnL_open_tokenizer(lua_State *L);
+/* attn.core._score_program and the attn.ScoreMod userdata (lua_score_mod.c). */
+void attnL_open_score_mod(lua_State *L);
 /* The attn.BlockMask at idx, or NULL. */
 const struct attn_block_mask *attnL_test_block_mask(lua_State *L, int idx);
 /* A dropout draw handed to Lua for a backward: pushes the MKL stream's draw

@@ -50,6 +50,7 @@ int luaopen_attn_core(lua_State *L) {
   attnL_open_sdpa_autograd(L);
   attnL_open_ops(L);
   attnL_open_block_mask(L);
+  attnL_open_score_mod(L);
   attnL_open_tokenizer(L);
   lua_setfield(L, -3, "Tensor_mt");
   lua_setfield(L, -2, "Tensor");

@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "attn_lua.h"
+#include "lua_sdpa_options.h"
+#include "score_mod.h"
 #include "block_mask.h"
 
 #define BLOCK_MASK_NAME "attn.BlockMask"
@@ -414,17 +416,47 @@ static int64_t size_arg(lua_State *L, int arg, const char *what, int64_t min) {
   return (int64_t)n;
 }
 
+/* attn.block_mask(mm, B, H, Lq, Lk, block) for a mask_mod at slot 2: its
+ * program classifies the blocks in C, one pattern per (b, h) only where it
+ * reads b or h. */
+static int build_from_mask_mod(lua_State *L, int64_t b, int64_t h, int64_t lq, int64_t lk, int64_t block) {
+  attn_score_mod *mm = attnL_score_mod_for_call(L, 2, BM, "fn", 1); /* slot 8 */
+  if (lq > 0 && lk > 0 && attn_score_mod_check(mm, "attn.mask_mod", b, h, lq, lk) != ATTN_OK) attnL_core_error(L, BM);
+  unsigned deps = mm->code[mm->n - 1].deps;
+  attn_block_mask *m = lua_newuserdatauv(L, sizeof *m, 0); /* slot 9 */
+  memset(m, 0, sizeof *m);
+  luaL_setmetatable(L, BLOCK_MASK_NAME);
+  if (attn_block_mask_init(m, b, h, lq, lk, block, deps & ATTN_SMOD_DEP_B ? b : 1, deps & ATTN_SMOD_DEP_H ? h : 1) !=
+      ATTN_OK)
+    attnL_core_error(L, BM);
+  /* scratch: a row of floats (the program's values), then the block's bytes */
+  float *row = lua_newuserdatauv(L, (size_t)m->pcol * sizeof(float) + (size_t)(m->prow * m->pcol), 0);
+  uint8_t *vis = (uint8_t *)(row + m->pcol);
+  for (int64_t bb = 0; bb < m->sb; bb++)
+    for (int64_t hh = 0; hh < m->sh; hh++)
+      for (int64_t qb = 0; qb < m->nqb; qb++)
+        for (int64_t kb = 0; kb < m->nkb; kb++) {
+          int64_t i0, ni, j0, nj;
+          attn_block_mask_extent(m, qb, kb, &i0, &ni, &j0, &nj);
+          attn_mask_mod_block(mm, bb, hh, i0, ni, j0, nj, vis, m->pcol, row);
+          if (attn_block_mask_set(m, bb * m->sh + hh, qb, kb, vis, m->pcol) != ATTN_OK) attnL_core_error(L, BM);
+        }
+  lua_settop(L, 9);
+  return 1;
+}
+
 static int l_build(lua_State *L) {
   /* called through the table's __call: argument 1 is the table, the user's are 2.. */
   if (lua_gettop(L) > 7)
     attnL_error(L, BM, "bad argument #7 (no more than 6 arguments expected, got %d)", lua_gettop(L) - 1);
   lua_settop(L, 7);
   mask_fn *root = test_fn(L, 2);
-  if (!root && lua_type(L, 2) != LUA_TFUNCTION) {
+  int is_mask_mod = attnL_is_mask_mod(L, 2);
+  if (!root && !is_mask_mod && lua_type(L, 2) != LUA_TFUNCTION) {
     char buf[64];
     attnL_error(L, BM,
-                "bad argument #1 'fn' (expected a mask function: a Lua function fn(b, h, q, k) or a built-in of "
-                "attn.block_mask, got %s)",
+                "bad argument #1 'fn' (expected a mask function: attn.mask_mod(fn), a Lua function fn(b, h, q, k) "
+                "or a built-in of attn.block_mask, got %s)",
                 attnL_typename(L, 2, buf, sizeof buf));
   }
   int64_t b = size_arg(L, 3, "B", 1), h = size_arg(L, 4, "H", 1);
@@ -450,6 +482,7 @@ static int l_build(lua_State *L) {
     }
     lua_pop(L, 1);
   }
+  if (is_mask_mod) return build_from_mask_mod(L, b, h, lq, lk, block);
   check_ids(L, 2, lq > lk ? lq : lk);
   int per_bh = !root || root->has_lua; /* a Lua function may depend on b and h */
   int depth = root ? root->depth : 0;

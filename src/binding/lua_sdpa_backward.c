@@ -123,9 +123,26 @@ int attnL_sdpa_backward(lua_State *L) {
     if (__builtin_mul_overflow(attn_sizes_product(ndim - 1, size), lk, &numel)) numel = -1;
     c.o.dropout_draw = attnL_check_dropout_draw(L, c.draw_idx, numel, BWD, "option 'dropout_draw'");
   }
-  int base = lua_gettop(L);
+  /* the score_mod tables' gradients asked for: zeroed tensors of their shapes, in a list (the 5th result) */
+  int tgrads = 0;
+  if (c.score_mod && c.table_grads_idx) {
+    lua_newtable(L);
+    tgrads = lua_gettop(L);
+    for (int t = 0; t < c.score_mod->ntables; t++) {
+      lua_geti(L, c.table_grads_idx, t + 1);
+      int want_grad = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      if (!want_grad) continue;
+      attn_smod_table *tb = &c.score_mod->tables[t];
+      attn_tensor *gt = attnL_push_uninit(L, tb->ndim, tb->size, BWD);
+      memset(gt->data, 0, (size_t)attn_numel(gt) * sizeof(float));
+      tb->grad = gt->data;
+      lua_rawseti(L, tgrads, t + 1);
+    }
+  }
   attn_sdpa_grads g = {NULL, NULL, NULL, NULL};
   want[ndim - 2] = lq, want[ndim - 1] = e;
+  int base = lua_gettop(L);
   g.dq = push_grad(L, q, ndim, want);
   /* dk, dv: one per kv head (enable_gqa: the group's query heads summed in the
    * core; a group of 1 is plain attention, its gradients broadcast as q's) */
@@ -148,5 +165,7 @@ int attnL_sdpa_backward(lua_State *L) {
     sum_back(L, base + 4, c.o.bias);
   else
     lua_pushnil(L);
-  return 4;
+  if (!tgrads) return 4;
+  lua_pushvalue(L, tgrads);
+  return 5;
 }

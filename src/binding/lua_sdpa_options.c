@@ -171,6 +171,24 @@ static void set_block_mask(lua_State *L, int idx, const char *fname, int d, attn
   }
 }
 
+static void set_score_mod(lua_State *L, int idx, const char *fname, int d, attnL_sdpa_call *c) {
+  (void)d;
+  c->score_mod = attnL_score_mod_for_call(L, idx, fname, "score_mod", 0);
+  lua_replace(L, idx); /* the call's copy stays where the option was */
+  c->o.score_mod = c->score_mod;
+}
+static void set_mask_mod(lua_State *L, int idx, const char *fname, int d, attnL_sdpa_call *c) {
+  (void)d;
+  c->o.mask_mod = attnL_score_mod_for_call(L, idx, fname, "mask_mod", 1);
+  lua_replace(L, idx);
+}
+static void set_score_mod_grads(lua_State *L, int idx, const char *fname, int d, attnL_sdpa_call *c) {
+  (void)d;
+  if (!lua_istable(L, idx) || attnL_test(L, idx))
+    attnL_error(L, fname, "bad option 'score_mod_grads' (expected a table of booleans, got %s)", luaL_typename(L, idx));
+  c->table_grads_idx = idx;
+}
+
 /* ------------------------------------------------------------ the table */
 
 /* In parse order, which is also the order of the "expected one of" lists. */
@@ -202,6 +220,11 @@ static const sdpa_option OPTIONS[] = {
      "> 0: s = softcap tanh(s / softcap) before bias and masking; the backward scales dS by its derivative"},
     {"block_mask", FWD | BWD, OPT_ANY, set_block_mask, "nil",
      "an attn.BlockMask: hides what it hides, its empty blocks are skipped"},
+    {"score_mod", FWD | BWD, OPT_ANY, set_score_mod, "nil",
+     "attn.score_mod(fn): replaces each score after softcap, before bias, ALiBi and masks; differentiated"},
+    {"mask_mod", FWD | BWD, OPT_ANY, set_mask_mod, "nil", "attn.mask_mod(fn): hides the keys where it is false"},
+    {"score_mod_grads", BWD, OPT_ANY, set_score_mod_grads, "nil",
+     "{bool, ...}: which of score_mod's captured tensors get a gradient (the 5th result)"},
 };
 #define NOPTIONS (sizeof OPTIONS / sizeof OPTIONS[0])
 
@@ -227,7 +250,7 @@ static void check_keys(lua_State *L, int arg, const char *fname, int direction) 
       for (size_t i = 0; i < NOPTIONS; i++)
         known |= (OPTIONS[i].where & direction) && strcmp(lua_tostring(L, -1), OPTIONS[i].name) == 0;
     if (!known) {
-      char list[400];
+      char list[600];
       option_list(direction, list, sizeof list);
       if (lua_type(L, -1) == LUA_TSTRING)
         attnL_error(L, fname, "unknown option '%s' (expected one of %s)", lua_tostring(L, -1), list);

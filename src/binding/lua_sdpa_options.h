@@ -23,7 +23,18 @@ typedef struct attnL_sdpa_call {
   int bias_grad;                /* backward: 1 unless given false */
   int draw_idx;                 /* backward: the stack slot of dropout_draw, 0 when absent */
   const attn_tensor *dweights;  /* backward: NULL unless given */
+  attn_score_mod *score_mod;    /* NULL, or this call's copy of option score_mod (on the stack), tables filled */
+  int table_grads_idx;          /* backward: the stack slot of score_mod_grads, 0 when absent */
 } attnL_sdpa_call;
+
+/* The attn.ScoreMod at idx (a score_mod, or a mask_mod when is_mask) copied
+ * for one call into a userdata pushed on the stack, with its captured
+ * tensors' current data and strides; raises naming fname and option for
+ * anything else, or a tensor whose shape changed since tracing. */
+/* 1 when the value at idx is the result of attn.mask_mod. */
+int attnL_is_mask_mod(lua_State *L, int idx);
+
+attn_score_mod *attnL_score_mod_for_call(lua_State *L, int idx, const char *fname, const char *option, int is_mask);
 
 /* The options table at arg (none or nil: the defaults) for direction
  * (ATTNL_SDPA_FORWARD or ATTNL_SDPA_BACKWARD) into c; q gives the default

@@ -35,7 +35,12 @@
  * dO . O = sum_j W_j (dO . V_j) = sum_j P_j F_j dW_j.
  * Each variant's term: the window cuts the key range like causal (hidden
  * keys have P = 0, so dS' = 0 there); ALiBi adds a constant to S (its slopes
- * get no gradient); the bias's gradient is dS', taken before the cap's
+ * get no gradient); score_mod: its program's derivative at the capped
+ * score (kept in `capped`, recomputed as for softcap) turns dS' into the
+ * capped score's gradient, and its tables' gradients go to one buffer per
+ * slice (one pass over the kv groups then, each slice's buffer filled by
+ * one item), summed in increasing slice order after the parallel region;
+ * the bias's gradient is dS', taken before the cap's
  * derivative, since the bias is added after the cap; softcap recomputes S'
  * from q and k (math too: its saved P cannot give S' back where P
  * underflowed), one tanh per score as in the forward; enable_gqa: query head
@@ -131,6 +136,10 @@ typedef struct bwd_ctx {
   /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
    * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap) */
   size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap;
+  /* score_mod's tables that want a gradient: one buffer of gsize floats per slice (each table at goff[t]),
+   * summed in increasing slice order after the parallel region */
+  float *gbuf;
+  int64_t gsize, goff[ATTN_SMOD_MAX_TABLES];
 } bwd_ctx;
 
 /* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
@@ -171,7 +180,9 @@ typedef struct bwd_slice {
   int64_t ldk, ldv, lddo;
   float *dq, *dk, *dv, *dbias; /* this slice's gradients */
   float *s, *dw, *wd, *f;      /* tiles: S/P, dW/dS, W [BQ, bk]; f [bk] */
-  float *capped;               /* softcap: the tile's capped scores c tanh(S0 / c) [BQ, bk]; else NULL */
+  float *capped;               /* softcap or score_mod: the tile's scores as score_mod gets them (the capped
+                                  c tanh(S0 / c), or S0) [BQ, bk]; else NULL */
+  float *gbuf;                 /* NULL, or this slice's buffer of the score_mod tables' gradients */
 } bwd_slice;
 
 /* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
@@ -240,7 +251,8 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->lse = c->kernel == ATTN_SDPA_FLASH ? c->saved->data + bi * lq : NULL;
   t->probs = c->kernel == ATTN_SDPA_MATH ? c->saved->data + bi * lq * lk : NULL;
   t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
-  t->capped = p->softcap > 0.0f ? w + c->off_cap : NULL;
+  t->capped = p->softcap > 0.0f || p->score_mod ? w + c->off_cap : NULL;
+  t->gbuf = c->gbuf ? c->gbuf + bi * c->gsize : NULL;
 }
 
 /* dst [rows, kn] (row stride ld) = Qs_i K^T for query rows [i0, i0 + rows)
@@ -276,7 +288,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
   float *capped = t->capped ? t->capped + tile_off : NULL;
   if (capped) {
     scores(t, i0, rows, kb, kn, e, capped, ld);
-    attn_sdpa_softcap_tile(p->softcap, rows, kn, capped, ld, 1);
+    if (p->softcap > 0.0f) attn_sdpa_softcap_tile(p->softcap, rows, kn, capped, ld, 1);
   }
   /* P [rows, kn] at pt (row stride ldp) */
   const float *pt;
@@ -336,7 +348,10 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
     float *dr = dw + r * ld;
     for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
     if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
-    if (capped) { /* through the cap: dS0 = dS' (1 - tanh^2) = dS' (1 - (s' / c)^2) */
+    if (p->score_mod) /* through the program (its tables' gradients once per element: with dK, dV) */
+      attn_score_mod_backward_row(p->score_mod, t->sl.b, t->sl.h, i0 + r, kb, kn, capped + r * ld, dr,
+                                  (what & TILE_DKV) ? t->gbuf : NULL, c->goff);
+    if (p->softcap > 0.0f) { /* through the cap: dS0 = dS' (1 - tanh^2) = dS' (1 - (s' / c)^2) */
       const float *cr = capped + r * ld;
       float inv_cap = 1.0f / p->softcap;
 #pragma omp simd
@@ -557,7 +572,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   c.off_f = block;
   ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
   c.off_cap = block;
-  if (p->softcap > 0.0f) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  if (p->softcap > 0.0f || p->score_mod) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
   /* fewer kv groups than threads (flash, with keys and queries to split): two
    * passes over (group or slice, block) items instead of one over groups, the
    * same bits; a small call runs on the calling thread (waking a team costs
@@ -566,10 +581,22 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   c.nqblk = (p->lq + BQ - 1) / BQ;
   int64_t maxblk = c.nkblk > c.nqblk ? c.nkblk : c.nqblk;
   int small = (double)nb * (double)p->lq * (double)p->lk * (double)(p->e + p->ev) < SERIAL_WORK;
-  int two_pass =
-      kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && c.ngroups < attn_threads_for(c.ngroups * maxblk);
+  if (p->score_mod) c.gsize = attn_score_mod_grad_floats(p->score_mod, c.goff);
+  /* tables' gradients: per slice buffers filled by one item each, so one pass over the groups */
+  int two_pass = kernel == ATTN_SDPA_FLASH && !small && maxblk > 1 && c.gsize == 0 &&
+                 c.ngroups < attn_threads_for(c.ngroups * maxblk);
+  if (c.gsize > 0) {
+    size_t nfl;
+    if (__builtin_mul_overflow((size_t)nb, (size_t)c.gsize, &nfl) || nfl > SIZE_MAX / sizeof(float))
+      return attn_fail(ATTN_EOVERFLOW, "the score_mod tables' gradient buffers overflow");
+    c.gbuf = calloc(nfl, sizeof(float));
+    if (!c.gbuf) return attn_fail(ATTN_ENOMEM, "out of memory for the score_mod tables' gradients (%zu floats)", nfl);
+  }
   attn_sdpa_work work;
-  if ((st = attn_sdpa_plan_work(p, two_pass ? maxblk : 1, block, ok, &work)) != ATTN_OK) return st;
+  if ((st = attn_sdpa_plan_work(p, two_pass ? maxblk : 1, block, ok, &work)) != ATTN_OK) {
+    free(c.gbuf);
+    return st;
+  }
   if (small) work.nthreads = 1;
   if (!two_pass && work.nthreads > attn_threads_for(c.ngroups)) work.nthreads = attn_threads_for(c.ngroups);
   int64_t pass_items[2] = {two_pass ? c.ngroups * c.nkblk : c.ngroups, two_pass ? nb * c.nqblk : 0};
@@ -584,6 +611,20 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
     }
   }
   free(work.scratch);
+  if (c.gbuf) { /* each table's gradient: the slices' buffers summed in increasing slice order */
+    const attn_score_mod *m = p->score_mod;
+    for (int tb = 0; tb < m->ntables; tb++) {
+      if (c.goff[tb] < 0) continue;
+      int64_t n = attn_sizes_product(m->tables[tb].ndim, m->tables[tb].size);
+      float *g = m->tables[tb].grad;
+      memcpy(g, c.gbuf + c.goff[tb], (size_t)n * sizeof(float));
+      for (int64_t bi = 1; bi < nb; bi++) {
+        const float *src = c.gbuf + bi * c.gsize + c.goff[tb];
+        for (int64_t x = 0; x < n; x++) g[x] += src[x];
+      }
+    }
+    free(c.gbuf);
+  }
   return ATTN_OK;
 }
 

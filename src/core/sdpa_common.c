@@ -173,6 +173,21 @@ static attn_status describe_variants(const attn_sdpa_opts *opts, attn_sdpa_probl
                        (long long)ch, (long long)p->lq, (long long)p->lk);
     p->block_mask = bm;
   }
+  /* score programs: every gather in range over the call's positions, checked before any kernel reads */
+  int nb = p->nbatch;
+  int64_t hs = nb >= 1 ? p->batch[nb - 1] : 1, bs = nb >= 1 ? attn_sizes_product(nb - 1, p->batch) : 1;
+  const attn_score_mod *progs[2] = {opts->score_mod, opts->mask_mod};
+  const char *names[2] = {"attn.score_mod", "attn.mask_mod"};
+  for (int i = 0; i < 2; i++) {
+    if (!progs[i]) continue;
+    if (progs[i]->is_mask != i) return attn_fail(ATTN_EARG, "%s: got a program of the other kind", names[i]);
+    if (bs > 0 && hs > 0 && p->lq > 0 && p->lk > 0) {
+      attn_status st = attn_score_mod_check(progs[i], names[i], bs, hs, p->lq, p->lk);
+      if (st != ATTN_OK) return st;
+    }
+  }
+  p->score_mod = opts->score_mod;
+  p->mask_mod = opts->mask_mod;
   return ATTN_OK;
 }
 
@@ -319,6 +334,7 @@ void attn_sdpa_describe_heads(float *qkv, int64_t h, int64_t n, int64_t hd, int6
   p->softcap = 0.0f;
   p->probs = NULL;
   p->block_mask = NULL;
+  p->score_mod = p->mask_mod = NULL;
 }
 
 /* attn_sdpa_describe, and out [B..., Lq, Ev], weights [B..., Lq, Lk] checked */
@@ -374,6 +390,9 @@ void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice 
     int64_t b = nb >= 2 ? bi / p->batch[nb - 1] % p->batch[nb - 2] : 0;
     s->blocks = attn_block_mask_pattern(bm, (bm->sb == 1 ? 0 : b) * bm->sh + (bm->sh == 1 ? 0 : h));
   }
+  int nbt = p->nbatch;
+  s->h = nbt >= 1 ? bi % p->batch[nbt - 1] : 0;
+  s->b = nbt >= 1 ? bi / p->batch[nbt - 1] : 0;
   s->mask = p->has_mask ? p->mask.data + slice_offset(p, &p->mask, bi) : NULL;
   s->bias = p->has_bias ? p->bias.data + slice_offset(p, &p->bias, bi) : NULL;
 }
@@ -411,6 +430,11 @@ static inline float tanh_rational(float x) {
 
 /* x -> tanh x (the softcap's, for the backward) */
 float attn_sdpa_tanh(float x) { return tanh_rational(x); }
+
+VECTOR_CLONES void attn_sdpa_tanh_vec(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) y[j] = tanh_rational(x[j]);
+}
 
 VECTOR_CLONES void attn_sdpa_softcap_tile(float cap, int64_t ni, int64_t nk, float *s, int64_t rs, int64_t cs) {
   if (rs == 1 && ni > 1) {

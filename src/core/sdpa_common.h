@@ -32,6 +32,7 @@
 
 #include "block_mask.h"
 #include "rng.h"
+#include "score_mod.h"
 #include "tensor.h"
 
 typedef struct attn_sdpa_opts {
@@ -59,6 +60,10 @@ typedef struct attn_sdpa_opts {
                                  softmax before dropout (the P the backward needs; src/core/sdpa_backward.h) */
   const attn_block_mask *block_mask; /* NULL, or built for the call's [..., B, H] (or 1s), Lq, Lk: hides what it
                                  hides (src/core/block_mask.h); empty blocks are skipped */
+  const attn_score_mod *score_mod; /* NULL, or a score program (src/core/score_mod.h) replacing each score
+                                 after softcap, before bias, ALiBi and masks; its b is the flattened index of
+                                 q's dims before -3, h the index along dim -3 (1 without those dims) */
+  const attn_score_mod *mask_mod;  /* NULL, or a mask program: where it is 0 the key is hidden */
 } attn_sdpa_opts;
 
 /* Default options: scale 1/sqrt(E) must still be set by the caller. */
@@ -88,6 +93,7 @@ typedef struct attn_sdpa_problem {
   float softcap;
   attn_tensor *probs;              /* NULL or [B..., Lq, Lk], contiguous (math kernel only) */
   const attn_block_mask *block_mask; /* NULL or checked against the batch's last two dims, Lq and Lk */
+  const attn_score_mod *score_mod, *mask_mod; /* NULL, or checked in range over the call's positions */
 } attn_sdpa_problem;
 
 /* Validate the operands (shapes, mask of 0 and 1 only, dropout_p, scale,
@@ -135,6 +141,7 @@ typedef struct attn_sdpa_slice {
   const float *q, *k, *v, *mask, *bias;
   float alibi_slope;          /* the slice's ALiBi slope (0 without ALiBi) */
   attn_block_pattern blocks;  /* the slice's block-mask pattern (kind NULL without a block mask) */
+  int64_t b, h;               /* the score programs' batch and head of the slice (0-based) */
 } attn_sdpa_slice;
 
 void attn_sdpa_slice_at(const attn_sdpa_problem *p, int64_t bi, attn_sdpa_slice *s);
@@ -198,6 +205,9 @@ static inline void attn_sdpa_load_q(const attn_sdpa_problem *p, const attn_sdpa_
  * in [-12, 12] (worst near |x| = 5.8); NaN stays NaN. */
 float attn_sdpa_tanh(float x);
 
+/* y[j] = attn_sdpa_tanh(x[j]) for j < n, vectorised (the score programs' tanh). */
+void attn_sdpa_tanh_vec(const float *x, float *y, int64_t n);
+
 /* s = cap tanh(s / cap) over an [ni, nk] tile (strides rs, cs), along its
  * contiguous direction (rows for flash's transposed tiles, columns for the
  * math kernel's), vectorised: glibc's tanhf (1 ulp) made the flash kernel
@@ -213,17 +223,19 @@ void attn_sdpa_alibi_tile(float slope, int64_t dist, int64_t ni, int64_t nk, flo
 /* The score tile of query rows [i0, i0 + ni) and keys [k0, k0 + nk) of slice
  * sl, score (i0 + r, k0 + c) at s[r * rs + c * cs] (row-major for the math
  * kernel, transposed for flash), in this order: softcap (s = c tanh(s / c)),
- * adds the bias, adds the ALiBi term -slope |i + d - j| (d = Lk - Lq), and
+ * the score_mod program (s = its value), adds the bias, adds the ALiBi term -slope |i + d - j| (d = Lk - Lq), and
  * sets -inf where the mask hides a key or the key is outside the row's
  * visible range (causal, window: attn_sdpa_row_keys) or the block mask
  * hides it (empty blocks whole, partial ones by their bytes, full ones not
- * touched).
+ * touched) or the mask_mod program gives 0.
  *
  * What a backward must do for each modification, from dS' (the gradient of
  * the modified score, P * (dP - D) as without variants), row by row:
  *  - hidden (mask, causal, window, block mask) entries: P = 0 there, so dS' = 0: nothing;
  *  - bias: dbias += dS' (summed over broadcast dims);
  *  - ALiBi: a constant of the scores: nothing (slopes are not differentiated);
+ *  - score_mod: dS = dS' d(program)/ds at the score it was given (after the
+ *    cap), and the gathers' gradients into the tables (src/core/score_mod.h);
  *  - softcap: s' = c tanh(s / c) has ds'/ds = 1 - tanh^2(s / c) = 1 - (s' / c)^2,
  *    so dS = dS' (1 - (s'/c)^2), with s' the capped score before bias and
  *    ALiBi (recompute it from q k^T scale; the bias must not enter the
@@ -237,6 +249,7 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
   if (sl->bias) sb0 = attn_sdpa_row_stride(p, &p->bias), sb1 = attn_sdpa_col_stride(p, &p->bias);
   if (sl->mask) sm0 = attn_sdpa_row_stride(p, &p->mask), sm1 = attn_sdpa_col_stride(p, &p->mask);
   if (p->softcap > 0.0f) attn_sdpa_softcap_tile(p->softcap, ni, nk, s, rs, cs);
+  if (p->score_mod) attn_score_mod_tile(p->score_mod, sl->b, sl->h, i0, ni, k0, nk, s, rs, cs);
   for (int64_t r = 0; r < ni; r++) {
     int64_t i = i0 + r;
     float *si = s + r * rs;
@@ -260,6 +273,7 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
     for (int64_t c = ve < 0 ? 0 : ve; c < nk; c++) si[c * cs] = -INFINITY;
   }
   if (sl->blocks.kind) attn_block_mask_apply(p->block_mask, sl->blocks, i0, ni, k0, nk, s, rs, cs);
+  if (p->mask_mod) attn_score_mod_tile(p->mask_mod, sl->b, sl->h, i0, ni, k0, nk, s, rs, cs);
 }
 
 /* The keys of [k0, k1) that rows [i0, i0 + ni) of slice sl may see through

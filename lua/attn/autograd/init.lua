@@ -781,8 +781,19 @@ local function recorded_index(t, key)
   return raw_index(t, key)
 end
 
+-- t[key] where key is a traced value of attn.score_mod / attn.mask_mod, or a
+-- table holding one: the tracer's (lua/attn/score_mod.lua), nil for any other key
+local traced_index
+
+--- Set the tracer's indexing hook (traced_index above).
+function M.set_traced_index(f) traced_index = f end
+
 local function get_field(t, key)
   if type_(key) ~= "string" then
+    if traced_index and type_(key) == "table" then
+      local r = traced_index(t, key)
+      if r ~= nil then return r end
+    end
     local on = main_mode
     if any_own then on = grad_mode() end
     -- a stale t goes the recorded way, which rebuilds its history or refuses

@@ -16,8 +16,54 @@ local M = {}
 
 local is_tensor = require("attn.argcheck").is_tensor
 
+local function score_mod_tables(sm)
+  local _, tables = core._score_program_info(sm)
+  return tables
+end
+
+-- A mask_mod given without a block_mask runs as the block mask it makes
+-- (exact: its partial blocks keep every element), so that the kernels skip
+-- its empty blocks; kept per program for the sizes and the versions of the
+-- tensors it read (an in-place change to one makes it anew). Only for 4-D
+-- calls, where the block mask's B and H are the program's b and h.
+local block_masks = setmetatable({}, { __mode = "k" })
+
+local function dim4(t) return is_tensor(t) and t:dim() == 4 end
+
+local function mask_mod_as_block_mask(q, k, v, opts)
+  local mm = opts.mask_mod
+  if opts.block_mask ~= nil or getmetatable(mm) ~= "attn.ScoreMod" or not (dim4(q) and dim4(k) and dim4(v)) then
+    return opts
+  end
+  for _, t in ipairs { opts.mask, opts.bias } do
+    if t ~= nil and (not is_tensor(t) or t:dim() > 4) then return opts end
+  end
+  -- the call's B and H: the sizes that broadcast (q's heads with enable_gqa)
+  local B, H = 1, 1
+  for _, t in ipairs { q, k, v, opts.mask or false, opts.bias or false } do
+    if t and t:dim() == 4 then B = math.max(B, t:size(1)) end
+    if t and t:dim() >= 3 and (t == q or not opts.enable_gqa) then H = math.max(H, t:size(-3)) end
+  end
+  local lq, lk = q:size(3), k:size(3)
+  local kind, tables = core._score_program_info(mm)
+  if kind ~= "mask" then return opts end -- the options parser words the error
+  local key = { B, H, lq, lk }
+  for _, t in ipairs(tables) do key[#key + 1] = core._version(t) end
+  key = table.concat(key, ",")
+  local kept = block_masks[mm]
+  if not (kept and kept.key == key) then
+    kept = { key = key, bm = core.block_mask(mm, B, H, lq, lk) }
+    block_masks[mm] = kept
+  end
+  local o = {}
+  for name, value in pairs(opts) do o[name] = value end
+  o.mask_mod, o.block_mask = nil, kept.bm
+  return o
+end
+
 -- The recorded call with the bias as an input of its own (a tensor inside
--- the options table would not be one): inner(q, k, v, bias or false, opts).
+-- the options table would not be one), and score_mod's captured tensors
+-- after the options: inner(q, k, v, bias or false, opts, table_1, ...).
 local inner = autograd.Function{
   -- torch 1.13's node of the same call: its last op is mm (2-D) or a view of bmm
   name = function(q, k, v)
@@ -25,17 +71,20 @@ local inner = autograd.Function{
   end,
   fname = SDPA,
   raw = function(q, k, v, _, opts) return raw_sdpa(q, k, v, opts) end,
-  forward = function(ctx, q, k, v, _, opts)
+  forward = function(ctx, q, k, v, bias, opts, ...)
     local r = table.pack(sdpa_forward(q, k, v, opts, SDPA))
     local out, saved, kernel, draw = r[1], r[2], r[3], r[4]
     local o = type(opts) == "table" and opts or {}
     -- what the backward needs; mask, bias and the ALiBi slopes are saved so that an in-place change is caught
-    ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias, o.alibi_slopes)
+    ctx:save_for_backward(q, k, v, out, saved, o.mask, o.bias, o.alibi_slopes, ...)
     ctx.is_causal, ctx.scale, ctx.dropout_p = o.is_causal, o.scale, o.dropout_p
     ctx.enable_gqa, ctx.softcap = o.enable_gqa, o.softcap
     ctx.window = o.window and { o.window[1], o.window[2] } -- a copy: the caller's table may change
     ctx.kernel, ctx.draw, ctx.need_weights = kernel, draw, o.need_weights
     ctx.block_mask = o.block_mask -- an attn.BlockMask is immutable: kept as is
+    -- score_mod / mask_mod programs are immutable too; the tables are inputs: saved, so an in-place change is caught
+    ctx.score_mod, ctx.mask_mod = o.score_mod, o.mask_mod
+    ctx.ntables, ctx.first_table = select("#", ...), 3 + (is_tensor(bias) and 1 or 0) + 1
     -- the public results: out[, weights][, lse]; the lse has no gradient
     if o.return_lse then ctx:mark_non_differentiable(r[r.n]) end
     return out, table.unpack(r, 5, r.n)
@@ -48,8 +97,17 @@ local inner = autograd.Function{
                 dweights = ctx.need_weights and g_weights or nil, enable_gqa = ctx.enable_gqa,
                 window = ctx.window, alibi_slopes = slopes, softcap = ctx.softcap,
                 block_mask = ctx.block_mask }
-    local dq, dk, dv, dbias = sdpa_backward(g_out, q, k, v, out, saved, o)
-    return need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias -- dbias: nil unless needed
+    o.score_mod, o.mask_mod = ctx.score_mod, ctx.mask_mod
+    local want
+    if ctx.ntables > 0 then
+      want = {}
+      for j = 1, ctx.ntables do want[j] = need[ctx.first_table + j - 1] == true end
+      o.score_mod_grads = want
+    end
+    local dq, dk, dv, dbias, dtables = sdpa_backward(g_out, q, k, v, out, saved, o)
+    local grads = { need[1] and dq or nil, need[2] and dk or nil, need[3] and dv or nil, dbias } -- dbias: nil unless needed
+    for j = 1, ctx.ntables do grads[ctx.first_table + j - 1] = dtables and dtables[j] or nil end
+    return table.unpack(grads, 1, ctx.first_table + ctx.ntables - 1)
   end,
 }
 
@@ -107,7 +165,12 @@ function M.scaled_dot_product_attention(...)
     error(("%s: bad option 'dropout_p' (expected a number in [0, 1], got %s)"):format(SDPA,
       p ~= p and "nan" or p == math.floor(p) and ("%.1f"):format(p) or ("%g"):format(p)), 2)
   end
+  if opts and opts.mask_mod ~= nil then opts = mask_mod_as_block_mask(q, k, v, opts) end
   local bias = opts and opts.bias
+  local sm = opts and opts.score_mod
+  if sm ~= nil and getmetatable(sm) == "attn.ScoreMod" then -- its captured tensors are the node's inputs too
+    return inner(q, k, v, is_tensor(bias) and bias or false, opts, table.unpack(score_mod_tables(sm)))
+  end
   return inner(q, k, v, is_tensor(bias) and bias or false, opts)
 end
 

@@ -12,6 +12,9 @@
 -- repeat_interleave, but the kernel reads K and V in place (enable_gqa).
 -- RoPE ("half" style, base rope_base) on queries and keys at positions 1..n;
 -- causal, or with `window = w` each token sees itself and the w - 1 before.
+-- `score_mod` / `mask_mod` (attn.score_mod(fn) / attn.mask_mod(fn)) go to
+-- scaled_dot_product_attention with the causal mask (h is the query head);
+-- not with use_cache.
 -- forward(x[, {use_cache = false}]): x [b, n, d_in] -> [b, n, d_out]; with
 -- use_cache the tokens continue the cached sequence (see forward_cached);
 -- reset_cache() empties the cache. The state dict holds the parameters
@@ -25,6 +28,8 @@ local Module = require "attn.nn.Module"
 local Linear = require "attn.nn.Linear"
 local Dropout = require "attn.nn.Dropout"
 local checks = require "attn.nn.checks"
+local caller = require "attn.caller"
+local score_mods = require "attn.score_mod"
 
 local GQA = Module:extend("GroupedQueryAttention")
 local C = "GroupedQueryAttention"
@@ -39,8 +44,12 @@ function GQA:init(d_in, d_out, context_length, num_heads, num_kv_groups, opts)
   self.context_length = checks.positive_integer(C, context_length, 3, "context_length")
   self.num_heads = checks.positive_integer(C, num_heads, 4, "num_heads")
   self.num_kv_groups = checks.positive_integer(C, num_kv_groups, 5, "num_kv_groups")
+  if type(opts) == "table" then -- before the type checks: their message would say "userdata"
+    self.score_mod = score_mods.check_option("attn.nn.GroupedQueryAttention", "score_mod", opts.score_mod, "score")
+    self.mask_mod = score_mods.check_option("attn.nn.GroupedQueryAttention", "mask_mod", opts.mask_mod, "mask")
+  end
   opts = checks.options(C, opts, 6, { qkv_bias = "boolean", rope_base = "number", window = "number",
-                                      dropout = "number" })
+                                      dropout = "number", score_mod = "userdata", mask_mod = "userdata" })
   if self.d_out % self.num_heads ~= 0 then
     ctor_error("d_out (%d) must be divisible by num_heads (%d)", self.d_out, self.num_heads)
   end
@@ -107,7 +116,7 @@ end
 local function attend(self, queries, keys, values, b, n)
   -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
   local p = self.dropout.training and self.dropout.p or 0
-  local o = { dropout_p = p }
+  local o = { dropout_p = p, score_mod = self.score_mod, mask_mod = self.mask_mod }
   if self.group_size > 1 then o.enable_gqa = true end
   if self.window then
     o.window = { self.window - 1, 0 }
@@ -147,6 +156,10 @@ end
 -- the batch size must stay the one the cache started with. Not recorded
 -- for autograd (the cache is for inference).
 function GQA:forward_cached(x)
+  if self.score_mod or self.mask_mod then
+    caller.error("GroupedQueryAttention:forward: use_cache is not supported with score_mod / mask_mod (their q is "
+      .. "the position within the call)")
+  end
   checks.input(C, x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   local cache = self.kv_cache

@@ -1,4 +1,5 @@
---- attn.nn.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads[, {qkv_bias = false, scale = nil}]):
+--- attn.nn.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads[, {qkv_bias = false, scale = nil,
+-- score_mod = nil, mask_mod = nil}]):
 -- fused multi-head causal self-attention.
 -- Parameters, in creation order: `W_query`, `W_key`, `W_value`
 -- (nn.Linear(d_in, d_out)), `out_proj` (nn.Linear(d_out, d_out), with bias);
@@ -10,6 +11,9 @@
 -- copies); the C kernel runs across batch and heads; then out_proj.
 -- opts.scale (a number finite in float32) overrides the default 1/sqrt(head_dim) of the
 -- scores. With dropout = 1 (training) every weight is dropped, as in torch.
+-- opts.score_mod / opts.mask_mod (attn.score_mod(fn) / attn.mask_mod(fn)) go to
+-- scaled_dot_product_attention with the causal mask (h is the head); such a
+-- module runs module by module, and not with use_cache.
 -- @classmod attn.nn.MultiHeadAttention
 local attn = require "attn"
 local caller = require "attn.caller"
@@ -20,6 +24,7 @@ local checks = require "attn.nn.checks"
 local fused_forward = require("attn.core").modules.attention_forward
 local fused_recorded = require("attn.autograd.sdpa").fused_attention
 local is_grad_enabled = require("attn.autograd").is_grad_enabled
+local score_mods = require "attn.score_mod"
 -- the class checks of forward: the metatable itself (no __metatable lookup)
 local getmetatable = debug.getmetatable
 
@@ -32,7 +37,12 @@ function MHA:init(d_in, d_out, context_length, dropout, num_heads, opts)
   self.context_length = checks.positive_integer(C, context_length, 3, "context_length")
   checks.probability(C, dropout, 4, "dropout")
   self.num_heads = checks.positive_integer(C, num_heads, 5, "num_heads")
-  opts = checks.options(C, opts, 6, { qkv_bias = "boolean", scale = "number" })
+  if type(opts) == "table" then -- before the type checks: their message would say "userdata"
+    self.score_mod = score_mods.check_option("attn.nn.MultiHeadAttention", "score_mod", opts.score_mod, "score")
+    self.mask_mod = score_mods.check_option("attn.nn.MultiHeadAttention", "mask_mod", opts.mask_mod, "mask")
+  end
+  opts = checks.options(C, opts, 6, { qkv_bias = "boolean", scale = "number", score_mod = "userdata",
+                                      mask_mod = "userdata" })
   if self.d_out % self.num_heads ~= 0 then
     caller.error(("attn.nn.MultiHeadAttention: d_out (%d) must be divisible by num_heads (%d)"):format(
       self.d_out, self.num_heads))
@@ -66,7 +76,7 @@ local function fused_call(self, x)
       and getmetatable(o) == Linear and getmetatable(dropout) == Dropout and { q, k, v, o, dropout }
     self._fused_children = checked
   end
-  if not checked then return nil end
+  if not checked or self.score_mod or self.mask_mod then return nil end
   local p = dropout.training and dropout.p or 0
   if p >= 1 then return nil end
   -- recording: the same C forward, with the C backward of every parameter (attn.autograd.sdpa)
@@ -115,7 +125,8 @@ function MHA:forward_modules(x, need_weights)
   -- p = 1: every weight dropped, in the graph (zero gradients, as torch), nothing drawn
   local p = self.dropout.training and self.dropout.p or 0
   local context, weights = attn.scaled_dot_product_attention(queries, keys, values,
-    { is_causal = mask == nil, mask = mask, dropout_p = p, scale = self.scale, need_weights = need_weights })
+    { is_causal = mask == nil, mask = mask, dropout_p = p, scale = self.scale, need_weights = need_weights,
+      score_mod = self.score_mod, mask_mod = self.mask_mod })
   -- [b, h, n, hd] -> [b, n, h, hd] -> [b, n, d_out]
   context = context:transpose(2, 3):reshape(b, n, self.d_out)
   if need_weights then return self.out_proj(context), weights end
@@ -133,6 +144,10 @@ end
 -- autograd (the cache is for inference).
 function MHA:forward_cached(x)
   local C = "MultiHeadAttention"
+  if self.score_mod or self.mask_mod then
+    caller.error("MultiHeadAttention:forward: use_cache is not supported with score_mod / mask_mod (their q is the "
+      .. "position within the call)")
+  end
   checks.input(C, x, "x", self.d_in, 3, 3)
   local b, n = x:size(1), x:size(2)
   local cache = self.kv_cache

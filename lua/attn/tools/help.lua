@@ -140,7 +140,8 @@ end
 -- Modules under lua/attn/ that are attn's own plumbing, not an area a user
 -- calls into (attn.core is the C module; sdpa_autograd installs the recorded
 -- attention; nn.checks holds the nn classes' argument checks).
-local INTERNAL_MODULES = { ["attn.core"] = true, ["attn.sdpa_autograd"] = true, ["attn.nn.checks"] = true }
+local INTERNAL_MODULES = { ["attn.core"] = true, ["attn.sdpa_autograd"] = true, ["attn.nn.checks"] = true,
+                           ["attn.score_mod"] = true } -- its public names are attn.score_mod and attn.mask_mod
 
 -- Public-looking names that attn's own files share with each other.
 local INTERNAL_NAMES = {

@@ -316,8 +316,46 @@
 -- @param q tensor
 -- @param k tensor
 -- @param v tensor
--- @param[opt] opts table: `attn_mask` (PyTorch's: a bool tensor is true where the query may attend, a float one is added to the scores (and to `bias`); not with `mask` or `is_causal`, as PyTorch has only this one), `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded; `{w - 1, 0}` is causal sliding-window attention of width w: w keys, the query's own included, Mistral's convention and the keys of `attn.block_mask.sliding_window(w)`; FlexAttention's blog example `q_idx - kv_idx <= W` is `{W, 0}`, i.e. width W + 1), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks)
+-- @param[opt] opts table: `attn_mask` (PyTorch's: a bool tensor is true where the query may attend, a float one is added to the scores (and to `bias`); not with `mask` or `is_causal`, as PyTorch has only this one), `mask` (0 and 1, 1 = hidden; any other value is an error: use `bias`), `bias`, `is_causal`, `scale` (finite in float32; default 1/sqrt(E)), `dropout_p`, `need_weights`, `kernel` ("auto", "math" or "flash"; "flash" cannot return the weights), `return_lse`; the variants, in both kernels: `enable_gqa` (k, v with fewer heads, dim -3, than q: query head h reads kv head floor((h-1)/g)+1, in place), `window = {left, right}` (bottom-right aligned, d = Lk - Lq: query i sees key j iff i+d-left <= j <= i+d+right; -1 = unbounded; `{w - 1, 0}` is causal sliding-window attention of width w: w keys, the query's own included, Mistral's convention and the keys of `attn.block_mask.sliding_window(w)`; FlexAttention's blog example `q_idx - kv_idx <= W` is `{W, 0}`, i.e. width W + 1), `alibi_slopes` ([H] or [B, H]: adds -slope*|i+d-j|), `softcap = c` (c > 0: s = c*tanh(s/c) on the scaled score, before bias, ALiBi and masking), `block_mask` (an attn.BlockMask from attn.block_mask, built for the call's B, H (or 1s), Lq and Lk: hides what its fn hides; both kernels and the backward skip its empty blocks); the scriptable scores: `score_mod` (from attn.score_mod: replaces each score by its expression, after softcap and before bias, ALiBi and masks; differentiated, its captured tensors get gradients) and `mask_mod` (from attn.mask_mod: hides the keys where it is false), with every other option, in both kernels
 -- @function scaled_dot_product_attention
+
+--- FlexAttention's score_mod, traced: fn(score, b, h, q, k) is called once with traced values
+-- (the scaled score and the 1-based integer positions batch, head, query, key; b is the index
+-- over q's dims before -3, h along dim -3) and the expression it returns is compiled into a
+-- program that both attention kernels evaluate in C over their score tiles, forward and
+-- backward (no Lua per block or element). Traced values take `+ - * /`, unary `-`, `^` with a
+-- number exponent, Lua numbers as constants, the methods `abs exp log sqrt tanh sigmoid sin cos
+-- floor ceil sign clamp(lo, hi) minimum(x) maximum(x)`, the comparisons `lt le gt ge eq ne`
+-- (booleans), `logical_and logical_or logical_not`, `attn.where(c, x, y)`, and index a captured
+-- tensor: `t[e]`, `t[{e1, e2, ...}]` (every dim, 1-based, integer-valued: positions, integer
+-- constants and + - * abs sign floor ceil clamp minimum maximum where of them). An index that
+-- may leave the tensor over the call's positions is an error at call time (checked by interval
+-- arithmetic over b, h, q, k: clamp it). `if`, `and`, `or` on a traced value cannot be traced
+-- (use attn.where and :eq); `<`, `<=`, `..`, `#`, `//`, `%`, a string or table operand and
+-- unknown methods are errors naming attn.score_mod. Numbers as PyTorch computes the same
+-- elementwise expression in float32 (tanh is the softcap's, within 4.1e-7). With
+-- `scaled_dot_product_attention`'s `score_mod`, gradients flow to q, k, v through the
+-- expression and into every captured tensor that requires grad (summed over all positions, the
+-- same bits for any thread count). `tostring(sm)` prints the expression.
+-- @param fn a Lua function fn(score, b, h, q, k)
+-- @return an attn.ScoreMod
+-- @usage local rel = attn.zeros(H, 2 * L - 1, {requires_grad = true})
+-- local sm = attn.score_mod(function(s, b, h, q, k) return s + rel[{h, q - k + L}] end)
+-- attn.scaled_dot_product_attention(q, k, v, {score_mod = sm, is_causal = true})
+-- @function score_mod
+
+--- FlexAttention's mask_mod, traced: fn(b, h, q, k) is called once with traced 1-based
+-- positions and must return a traced boolean, true where the query may attend the key (a
+-- comparison such as `q:ge(k)`, combined with `logical_and` / `logical_or` / `logical_not`;
+-- captured tensors are indexed as in attn.score_mod). For `scaled_dot_product_attention`'s
+-- `mask_mod` (evaluated in C over the score tiles, with every other option) and for
+-- `attn.block_mask(mm, B, H, Lq, Lk)`, which classifies the blocks with it in C (one pattern
+-- per (b, h) only when the expression reads b or h). A row it hides entirely gives zeros.
+-- @param fn a Lua function fn(b, h, q, k)
+-- @return an attn.ScoreMod (a mask)
+-- @usage local mm = attn.mask_mod(function(b, h, q, k) return doc[{b, q}]:eq(doc[{b, k}]):logical_and(q:ge(k)) end)
+-- local bm = attn.block_mask(mm, B, 1, L, L)
+-- @function mask_mod
 
 --- softmax(x x^T) x without weights or scaling (the notebooks' simplified self-attention); x is
 -- [n, d] or [..., n, d].
@@ -461,7 +499,8 @@
 -- `bm:to_dense()` ([B, H, Lq, Lk], 1 = visible), and `tostring(bm)` draws its blocks
 -- (full, partial, empty; rows = query blocks). An error in fn is raised naming
 -- attn.block_mask and the block, with fn's message.
--- @param fn a Lua function or a built-in mask function
+-- A mask_mod (attn.mask_mod(fn)) as fn is evaluated in C by its program, never calling Lua.
+-- @param fn attn.mask_mod(...), a Lua function or a built-in mask function
 -- @param B batch size (>= 1)
 -- @param H heads (>= 1)
 -- @param Lq queries
