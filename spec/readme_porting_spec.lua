@@ -1,14 +1,14 @@
--- The README's "Porting, by example" transcript, run through the REPL as
--- typed: the output must be the README's lines exactly (the values were
+-- docs/porting.md's transcript, run through the REPL as
+-- typed: the output must be its lines exactly (the values were
 -- checked against PyTorch 1.13 when written: see the comments there).
 local repl = require "attn.tools.repl"
 
 local function transcript()
-  local f = assert(io.open("README.md"))
+  local f = assert(io.open("docs/porting.md"))
   local text = f:read("a")
   f:close()
-  local block = text:match("### Porting, by example.-```\n(.-)```")
-  assert(block, "README.md has no porting transcript")
+  local block = text:match("# Porting from PyTorch, by example.-```\n(.-)```")
+  assert(block, "docs/porting.md has no porting transcript")
   local input, output = {}, {}
   for line in block:gmatch("([^\n]*)\n") do
     local typed = line:match("^>> (.*)$") or line:match("^> (.*)$")
