@@ -128,7 +128,7 @@ typedef struct bwd_ctx {
   bwd_operand k, v, dout_l;
   int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
   int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
-  /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
+  /* per-thread scratch, in floats: qs [BQ, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
    * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap) */
   size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap;
 } bwd_ctx;
@@ -160,12 +160,15 @@ static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, 
 }
 
 /* What the tiles of slice bi read and write, in the calling thread's
- * scratch block: qs, dO and D hold the rows a work item needs, K and V the
- * keys (row i of qs at qs + i E, wherever it was filled). */
+ * scratch block: dO and D hold the rows a work item needs, K and V the
+ * keys (row i of dO at dop + i lddo, wherever it was filled); qs the query
+ * block of the current tile, rows [q0, q0 + BQ) (q0 -1: none yet). */
 typedef struct bwd_slice {
   attn_sdpa_slice sl;
   int64_t bi;
-  const float *qs, *kp, *vp, *dop, *dd, *lse, *probs;
+  float *qs;
+  int64_t q0;
+  const float *kp, *vp, *dop, *dd, *lse, *probs;
   const float *dwt; /* NULL, or the gradient of the weights [Lq, Lk] (strides sdw0, sdw1) */
   int64_t sdw0, sdw1;
   int64_t ldk, ldv, lddo;
@@ -186,10 +189,11 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->dk = c->g.dk->data + bi / c->group * lk * e; /* GQA: the kv head's, shared by its group */
   t->dv = c->g.dv->data + bi / c->group * lk * ev;
   t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
-  /* qs [Lq, E] = fl(q * scale), as the forward */
-  float *qs = w;
-  attn_sdpa_load_q(p, &t->sl, r0, r1 - r0, qs + r0 * e, e, 1);
-  t->qs = qs;
+  /* qs: fl(q * scale) as the forward, loaded one query block at a time by
+   * run_tile (a whole slice's [Lq, E] per thread was 8 MiB of C_causal_bwd's
+   * peak; reloading costs BQ E multiplies a tile against its 5 BQ BK E) */
+  t->qs = w;
+  t->q0 = -1;
   /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
   t->kp = t->sl.k, t->vp = t->sl.v;
   t->ldk = c->k.ld, t->ldv = c->v.ld, t->lddo = c->dout_l.ld;
@@ -249,7 +253,8 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
 static void scores(const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn, int64_t e, float *dst,
                    int64_t ld) {
   if (e > 0)
-    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f, dst, ld);
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + (i0 - t->q0) * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f,
+          dst, ld);
   else
     for (int64_t r = 0; r < rows; r++) memset(dst + r * ld, 0, (size_t)kn * sizeof(float));
 }
@@ -357,7 +362,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
  * to the keys they see, with W and dS zero elsewhere in the tile (hidden:
  * their terms are 0), then dV and dK over the whole tile: the scores, dW, dS
  * and dQ skip most of the hidden triangle, and dK, dV stay one product each. */
-static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, e = p->e, ev = p->ev;
   int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
@@ -368,6 +373,10 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
   attn_key_range vis = attn_sdpa_block_keys(p, &t->sl, i0, rows, kb, ke);
   kb = vis.begin, ke = vis.end;
   if (ke <= kb) return;
+  if (t->q0 != i0) {
+    attn_sdpa_load_q(p, &t->sl, i0, rows, t->qs, e, 1);
+    t->q0 = i0;
+  }
   int64_t kn = ke - kb;
   const float *wt;
   int64_t ldw;
@@ -396,7 +405,7 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
     sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1.0f,
           t->dv + kb * ev, ev);
   if ((what & TILE_DKV) && e > 0)
-    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
+    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs, e, 1.0f, t->dk + kb * e, e);
 }
 
 /* Work item `item` with the calling thread's scratch block w. By group: the
@@ -539,7 +548,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   int64_t bq = p->lq < BQ ? p->lq : BQ;
 
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, p->lq, p->e);
+  int ok = attn_sdpa_add_floats(&block, bq, p->e);
   c.off_kp = block;
   if (c.k.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->e);
   c.off_vp = block;
