@@ -95,6 +95,10 @@ end
 -- (a terminal only) counts the warm-up and the reps of this case
 local function best_ms(label, fn, reps)
   local p = attn.progress(reps + 1, label)
+  -- the last case's results are garbage by now, but their data, outside the
+  -- Lua heap, does not hurry the collector: free it before the warm-up too,
+  -- so that peak_rss_mb is this case's alone
+  collectgarbage()
   fn() -- warm-up
   p:step()
   local best = math.huge
