@@ -94,10 +94,12 @@
 #define BK ATTN_SDPA_BWD_BK
 /* Multiply-adds of one score product below which a call runs on one thread. */
 #define SERIAL_WORK (1 << 18)
-/* Most floats of scaled q a thread holds (1 MiB): a slice of more query rows
- * is run in chunks of query blocks, each loaded once (a whole slice's [Lq, E]
- * per thread was 8 MiB of C_causal_bwd's peak RSS). */
-#define QS_FLOATS (1 << 18)
+/* Most floats of scaled q a thread holds (256 KiB): a slice of more query
+ * rows is run in chunks of query blocks, each loaded once. A whole slice's
+ * [Lq, E] per thread was 8 MiB of C_causal_bwd's peak RSS, and 1 MiB chunks
+ * still left the freed scratch too big for the holes the next call's
+ * smaller blocks had cut in it: the heap grew 2 MiB a call. */
+#define QS_FLOATS (1 << 16)
 
 /* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
  * when its columns are contiguous, else packed per slice. */
