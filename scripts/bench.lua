@@ -97,6 +97,10 @@ end
 -- (a terminal only) counts the warm-up and the reps of this case
 local function best_ms(label, fn, reps)
   local p = attn.progress(reps + 1, label)
+  -- the last case's results are garbage by now, but their data, outside the
+  -- Lua heap, does not hurry the collector: free it before the warm-up too,
+  -- so that peak_rss_mb is this case's alone
+  collectgarbage()
   fn() -- warm-up
   p:step()
   local best = math.huge
@@ -489,7 +493,10 @@ end
 
 -- train_gpt (api.md section 5): one training step of the book's GPTModel
 -- (vocab 256, context 128, emb 128, 4 heads, 4 layers, batch 16): forward,
--- cross entropy, backward, AdamW; tokens_per_s = b * n / time
+-- cross entropy, backward, AdamW; tokens_per_s = b * n / time; gflops counts
+-- 6 flops per weight of the Linear layers and token (forward 2, backward 4)
+-- and 12 per score and channel of the attention (forward 4, backward 8,
+-- counted dense): 11.7 GFLOP a step (scripts/bench_llmc_driver.c counts the same)
 if wanted("train_gpt") then
   local cfg = { vocab_size = 256, context_length = 128, emb_dim = 128, n_heads = 4, n_layers = 4, drop_rate = 0,
                 qkv_bias = false }
@@ -510,8 +517,10 @@ if wanted("train_gpt") then
     loss:backward()
     opt:step()
   end, opts.reps)
+  local d = cfg.emb_dim
+  local flops = 6.0 * (cfg.n_layers * 12 * d * d + d * cfg.vocab_size) * b * n + 12.0 * cfg.n_layers * b * n * n * d
   emit { case = "train_gpt", kernel = "GPTModel + AdamW", b = b, h = cfg.n_heads, lq = n, lk = n,
-         e = cfg.emb_dim // cfg.n_heads, causal = true, ms = ms, tokens_per_s = b * n / (ms / 1000) }
+         e = d // cfg.n_heads, causal = true, ms = ms, gflops = flops / (ms * 1e6), tokens_per_s = b * n / (ms / 1000) }
 end
 
 -- tokenize: GPT-2's tokenizer (attn.tokenizer.gpt2, one thread) over the

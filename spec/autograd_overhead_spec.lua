@@ -186,3 +186,30 @@ describe("the recorded graph", function()
     end
   end)
 end)
+
+describe("the backward walk's shortcuts keep the bits", function()
+  it("a whole sum's backward gives every element the gradient's value, bit for bit (-0, inf, NaN)", function()
+    for _, v in ipairs({ 2.5, -0.0, math.huge, 0 / 0 }) do
+      local x = attn.rand(2, 3, { requires_grad = true })
+      x:sum():backward(attn.tensor(v))
+      local g = x.grad
+      assert.same({ 2, 3 }, g:size())
+      assert.is_true(g:is_contiguous())
+      for _, row in ipairs(g:totable()) do
+        for _, e in ipairs(row) do assert.equal(string.format("%a", v), string.format("%a", e)) end
+      end
+    end
+  end)
+
+  it("a second backward adds into .grad, and a .grad of another leaf is not touched", function()
+    local x = attn.tensor({ 1, 2, 3 }, { requires_grad = true })
+    local w = attn.tensor({ 0.5, 0.25, 4 }, { requires_grad = true })
+    for _ = 1, 2 do (x * w):sum():backward() end
+    assert.same({ 1, 0.5, 8 }, x.grad:totable()) -- 2 w
+    assert.same({ 2, 4, 6 }, w.grad:totable()) -- 2 x
+    local before = x.grad
+    x:sum():backward()
+    assert.equal(before, x.grad) -- accumulated in place, as torch
+    assert.same({ 2, 1.5, 9 }, x.grad:totable())
+  end)
+end)

@@ -1,5 +1,6 @@
--- The peers' bench scripts (scripts/bench_ggml.sh, scripts/bench_torch.py):
--- only their argument handling, which needs neither ggml, cmake nor torch.
+-- The peers' bench scripts (scripts/bench_ggml.sh, scripts/bench_llmc.sh,
+-- scripts/bench_torch.py): only their argument handling, which needs neither
+-- ggml, llm.c, cmake nor torch.
 -- Each bad call must end quickly with exit status 2 and a message naming what
 -- was wrong, before anything is built or imported.
 local attn = require "attn"
@@ -83,6 +84,62 @@ describe("scripts/bench_ggml.sh argument handling", function()
     expect_usage("scripts/bench_ggml.sh " .. dir .. " --reps", "--reps needs a value")
     expect_usage("scripts/bench_ggml.sh --fast " .. dir, "unknown option '--fast'")
     expect_usage("scripts/bench_ggml.sh " .. dir .. " /tmp", "one GGML_DIR expected, got '" .. dir .. "' and '/tmp'")
+  end)
+end)
+
+describe("scripts/bench_llmc.sh argument handling", function()
+  local dirs = {}
+  local function temp_dir()
+    dirs[#dirs + 1] = make_dir()
+    return dirs[#dirs]
+  end
+  teardown(function()
+    for _, dir in ipairs(dirs) do os.execute("rm -rf '" .. dir .. "'") end
+  end)
+
+  -- a directory that passes the checkout test (train_gpt2.c with its TESTING
+  -- guard, llmc/utils.h), so that the options after it are what gets checked
+  local function fake_checkout(source)
+    local dir = temp_dir()
+    assert(os.execute("mkdir -p '" .. dir .. "/llmc'"))
+    local f = assert(io.open(dir .. "/train_gpt2.c", "w"))
+    f:write(source or "#ifndef TESTING\nint main(void) { return 0; }\n#endif\n")
+    f:close()
+    assert(io.open(dir .. "/llmc/utils.h", "w")):close()
+    return dir
+  end
+
+  local function expect_usage(cmd, message)
+    local code, out, seconds = run(cmd)
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("usage: scripts/bench_llmc.sh", 1, true), out)
+    assert.truthy(out:find(message, 1, true), "expected '" .. message .. "' in:\n" .. out)
+    assert.is_true(seconds < 5, ("took %.1f s"):format(seconds))
+  end
+
+  it("without arguments: usage, LLMC_DIR missing, exit 2", function()
+    expect_usage("scripts/bench_llmc.sh", "LLMC_DIR is missing")
+  end)
+
+  it("a path that is no directory, a directory that is not an llm.c checkout", function()
+    expect_usage("scripts/bench_llmc.sh /nonexistent/llm.c", "LLMC_DIR '/nonexistent/llm.c' is not a directory")
+    expect_usage("scripts/bench_llmc.sh .", "'.' is not an llm.c source checkout")
+    local empty = temp_dir()
+    expect_usage("scripts/bench_llmc.sh " .. empty, "'" .. empty .. "' is not an llm.c source checkout")
+  end)
+
+  it("a train_gpt2.c whose main is not behind TESTING", function()
+    local dir = fake_checkout("int main(void) { return 0; }\n")
+    expect_usage("scripts/bench_llmc.sh " .. dir, "has no #ifndef TESTING around its main")
+  end)
+
+  it("bad options and two directories", function()
+    local dir = fake_checkout()
+    expect_usage("scripts/bench_llmc.sh --reps 0 " .. dir, "--reps expects a positive integer, got '0'")
+    expect_usage("scripts/bench_llmc.sh --threads two " .. dir, "--threads expects a positive integer, got 'two'")
+    expect_usage("scripts/bench_llmc.sh " .. dir .. " --reps", "--reps needs a value")
+    expect_usage("scripts/bench_llmc.sh --cases A " .. dir, "unknown option '--cases'")
+    expect_usage("scripts/bench_llmc.sh " .. dir .. " /tmp", "one LLMC_DIR expected, got '" .. dir .. "' and '/tmp'")
   end)
 end)
 

@@ -358,6 +358,31 @@ io.write("END ", n, "\n")
   end)
 end)
 
+describe("sdpa backward: memory", function()
+  it("the flash backward holds at most 256 KiB of the scaled q per thread, not a slice's [Lq, E] " ..
+     "(peak RSS, in a child, 1 and 2 threads)", function()
+    -- q, out, dq: 16 MiB each; a slice's scaled q per thread would add 8 MiB a thread
+    local script = [[
+local attn = require "attn"
+local raw = require("attn.core").autograd
+attn.manual_seed(1)
+local q, k, v = attn.randn(1, 2, 32768, 64), attn.randn(1, 2, 64, 64), attn.randn(1, 2, 64, 64)
+local o = {kernel = "flash"}
+local out, lse = raw.sdpa_forward(q, k, v, o)
+local before = attn.peak_rss_mb()
+local dq = raw.sdpa_backward(out, q, k, v, out, lse, o)
+assert(dq:size(3) == 32768)
+io.write(string.format("%.1f\nEND\n", attn.peak_rss_mb() - before))
+]]
+    local run_with_threads = dofile("spec/fixtures/tensor_check.lua").run_with_threads
+    for _, threads in ipairs { 1, 2 } do
+      local grown = tonumber(run_with_threads(threads, script))
+      assert.is_true(grown < 16 + threads + 1,
+        ("%d threads: peak RSS grew by %.1f MiB (dq is 16)"):format(threads, grown))
+    end
+  end)
+end)
+
 describe("sdpa backward: every instruction set's exponential", function()
   -- the flash backward's P = exp(S - lse) goes through the chosen set
   -- (src/core/cpu.h exp_minus): each set this CPU runs, in a child with

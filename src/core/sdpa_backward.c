@@ -99,6 +99,12 @@
 #define BK ATTN_SDPA_BWD_BK
 /* Multiply-adds of one score product below which a call runs on one thread. */
 #define SERIAL_WORK (1 << 18)
+/* Most floats of scaled q a thread holds (256 KiB): a slice of more query
+ * rows is run in chunks of query blocks, each loaded once. A whole slice's
+ * [Lq, E] per thread was 8 MiB of C_causal_bwd's peak RSS, and 1 MiB chunks
+ * still left the freed scratch too big for the holes the next call's
+ * smaller blocks had cut in it: the heap grew 2 MiB a call. */
+#define QS_FLOATS (1 << 16)
 
 /* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
  * when its columns are contiguous, else packed per slice. */
@@ -132,8 +138,9 @@ typedef struct bwd_ctx {
   attn_sdpa_grads g;
   bwd_operand k, v, dout_l;
   int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
+  int64_t qchunk;       /* query rows of scaled q a thread holds: a multiple of BQ, or Lq */
   int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
-  /* per-thread scratch, in floats: qs [Lq, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
+  /* per-thread scratch, in floats: qs [qchunk, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
    * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap) */
   size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap;
   /* score_mod's tables that want a gradient: one buffer of gsize floats per slice (each table at goff[t]),
@@ -169,12 +176,15 @@ static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, 
 }
 
 /* What the tiles of slice bi read and write, in the calling thread's
- * scratch block: qs, dO and D hold the rows a work item needs, K and V the
- * keys (row i of qs at qs + i E, wherever it was filled). */
+ * scratch block: dO and D hold the rows a work item needs, K and V the
+ * keys (row i of dO at dop + i lddo, wherever it was filled); qs the query
+ * rows [q0, q0 + qn) of the scaled q (qn 0: none yet). */
 typedef struct bwd_slice {
   attn_sdpa_slice sl;
   int64_t bi;
-  const float *qs, *kp, *vp, *dop, *dd, *lse, *probs;
+  float *qs;
+  int64_t q0, qn;
+  const float *kp, *vp, *dop, *dd, *lse, *probs;
   const float *dwt; /* NULL, or the gradient of the weights [Lq, Lk] (strides sdw0, sdw1) */
   int64_t sdw0, sdw1;
   int64_t ldk, ldv, lddo;
@@ -197,10 +207,9 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->dk = c->g.dk->data + bi / c->group * lk * e; /* GQA: the kv head's, shared by its group */
   t->dv = c->g.dv->data + bi / c->group * lk * ev;
   t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
-  /* qs [Lq, E] = fl(q * scale), as the forward */
-  float *qs = w;
-  attn_sdpa_load_q(p, &t->sl, r0, r1 - r0, qs + r0 * e, e, 1);
-  t->qs = qs;
+  /* qs: fl(q * scale) as the forward, loaded by load_qs */
+  t->qs = w;
+  t->q0 = t->qn = 0;
   /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
   t->kp = t->sl.k, t->vp = t->sl.v;
   t->ldk = c->k.ld, t->ldv = c->v.ld, t->lddo = c->dout_l.ld;
@@ -255,13 +264,20 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->gbuf = c->gbuf ? c->gbuf + bi * c->gsize : NULL;
 }
 
+/* The scaled q of query rows [r0, r0 + n) of slice t into its qs. */
+static void load_qs(const attn_sdpa_problem *p, bwd_slice *t, int64_t r0, int64_t n) {
+  attn_sdpa_load_q(p, &t->sl, r0, n, t->qs, p->e, 1);
+  t->q0 = r0, t->qn = n;
+}
+
 /* dst [rows, kn] (row stride ld) = Qs_i K^T for query rows [i0, i0 + rows)
  * and keys [kb, kb + kn) of slice t: the scaled scores before any
  * modification. */
 static void scores(const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn, int64_t e, float *dst,
                    int64_t ld) {
   if (e > 0)
-    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + i0 * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f, dst, ld);
+    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + (i0 - t->q0) * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f,
+          dst, ld);
   else
     for (int64_t r = 0; r < rows; r++) memset(dst + r * ld, 0, (size_t)kn * sizeof(float));
 }
@@ -372,7 +388,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
  * to the keys they see, with W and dS zero elsewhere in the tile (hidden:
  * their terms are 0), then dV and dK over the whole tile: the scores, dW, dS
  * and dQ skip most of the hidden triangle, and dK, dV stay one product each. */
-static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
+static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int64_t k1, int what) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, e = p->e, ev = p->ev;
   int64_t rows = lq - i0 < BQ ? lq - i0 : BQ;
@@ -383,6 +399,7 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
   attn_key_range vis = attn_sdpa_block_keys(p, &t->sl, i0, rows, kb, ke);
   kb = vis.begin, ke = vis.end;
   if (ke <= kb) return;
+  if (i0 < t->q0 || i0 + rows > t->q0 + t->qn) load_qs(p, t, i0, rows);
   int64_t kn = ke - kb;
   const float *wt;
   int64_t ldw;
@@ -411,7 +428,8 @@ static void run_tile(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t k
     sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1.0f,
           t->dv + kb * ev, ev);
   if ((what & TILE_DKV) && e > 0)
-    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs + i0 * e, e, 1.0f, t->dk + kb * e, e);
+    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs + (i0 - t->q0) * e, e, 1.0f, t->dk + kb * e,
+          e);
 }
 
 /* Work item `item` with the calling thread's scratch block w. By group: the
@@ -436,9 +454,16 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
       if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
       if (lq == 0 || lk == 0) continue;
       prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
-      for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
-        int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
-        for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+      /* in chunks of query rows (one, unless the slice's scaled q is over
+       * QS_FLOATS): each gradient element still gets its terms in the order
+       * above, dK and dV rows over increasing i0 chunk after chunk */
+      for (int64_t q0 = 0; q0 < lq; q0 += c->qchunk) {
+        int64_t q1 = lq - q0 < c->qchunk ? lq : q0 + c->qchunk;
+        load_qs(p, &t, q0, q1 - q0);
+        for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+          int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+          for (int64_t i0 = q0; i0 < q1; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
+        }
       }
     }
   } else if (pass == 1) { /* kv group gi, keys [k0, k1): dK, dV and dbias */
@@ -554,7 +579,10 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   int64_t bq = p->lq < BQ ? p->lq : BQ;
 
   size_t block = 0;
-  int ok = attn_sdpa_add_floats(&block, p->lq, p->e);
+  c.qchunk = p->lq;
+  if (p->e > 0 && p->lq * p->e > QS_FLOATS) c.qchunk = QS_FLOATS / p->e / BQ * BQ;
+  if (c.qchunk < bq) c.qchunk = bq;
+  int ok = attn_sdpa_add_floats(&block, c.qchunk, p->e);
   c.off_kp = block;
   if (c.k.pack) ok = ok && attn_sdpa_add_floats(&block, p->lk, p->e);
   c.off_vp = block;

@@ -199,6 +199,8 @@ M.reciprocal = unary("reciprocal", "ReciprocalBackward0", function(g, _, r) retu
 
 -- ------------------------------------------------------------ reductions ----
 
+local raw_full = core.full
+
 -- g of a reduction along d (keepdim or not) back to x's shape
 local function unreduce(g, d, keepdim, x_shape)
   if d and not keepdim then g = g:unsqueeze(d) end
@@ -223,6 +225,12 @@ local function total(opname, name_all, name_dim, scale)
     end,
     backward = function(ctx, g)
       ctx:saved()
+      if ctx.dim == nil and not ctx.count then
+        -- a whole sum: g's one value everywhere, in one call (expand and
+        -- contiguous are two and a view); a NaN keeps the copy, bit for bit
+        local v = g:item()
+        if v == v then return raw_full(ctx.shape, v) end
+      end
       local gx = unreduce(g, ctx.dim, ctx.keepdim, ctx.shape)
       if ctx.count then gx = gx / ctx.count end
       return gx:contiguous()

@@ -25,6 +25,9 @@ local core = require "attn.core"
 local Tensor = core.Tensor
 local version_of = core._version
 local raw_zeros, raw_ones = core.zeros, core.ones
+-- Tensor:add_ before attn.autograd.derivatives records it: what the recorded
+-- add_ runs with grad mode off, as it is during the backward walk
+local raw_add_ = Tensor.add_
 
 local M = {}
 
@@ -466,7 +469,12 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
             :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
         end
         if not from_node then
-          to_leaf(e, g, capture, results)
+          if capture then
+            to_leaf(e, g, capture, results)
+          else -- accumulate(e, g) with the add_ it makes (grad mode is off here)
+            local old = grads[e]
+            if old == nil then grads[e] = g:clone() else raw_add_(old, g) end
+          end
         else
           add_to(buffers, e.node, e.slot, g)
         end
