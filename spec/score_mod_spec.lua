@@ -520,10 +520,14 @@ describe("attn.score_mod / attn.mask_mod: bad input", function()
     -- clamped into range it runs
     local ok = attn.score_mod(function(s, b, h, qq, kk) return s + t[(qq + 1):clamp(1, 8)] end)
     assert.equal(8, sdpa(q, k, v, { score_mod = ok }):size(3))
+    -- a mask_mod option runs as a block mask made for the call: its error names the call, not attn.block_mask
     local mm = attn.mask_mod(function(b, h, qq, kk) return t[{ kk - 1 }]:eq(0) end)
-    e = err_of(sdpa, q, k, v, { mask_mod = mm })
-    assert.truthy(e:find("attn.mask_mod: index 1 of captured tensor #1 is 0 at b = 1, h = 1, q = 1, k = 1: out of "
-      .. "range (expected 1..8)", 1, true), e)
+    for _, kernel in ipairs({ "math", "flash" }) do
+      e = err_of(sdpa, q, k, v, { mask_mod = mm, kernel = kernel })
+      assert.truthy(e:find("attn.scaled_dot_product_attention: attn.mask_mod: index 1 of captured tensor #1 is 0 at "
+        .. "b = 1, h = 1, q = 1, k = 1: out of range (expected 1..8)", 1, true), e)
+      assert.falsy(e:find("attn.block_mask", 1, true), e)
+    end
   end)
 
   it("options of the wrong kind", function()
