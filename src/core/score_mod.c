@@ -32,14 +32,33 @@
  * gathers' gradients scattered into a buffer of the caller's (one per work
  * chunk, reduced in a fixed order: sdpa_backward.c).
  *
- * Cost (flash, [1, 8, 1024, 64], one thread, CPU time, best of 5 rounds,
- * three runs at load 5): s + rel[h, q - k + L] 1.19-1.25x the plain forward,
- * 1.42-1.45x forward + backward (the backward evaluates the program twice:
- * for P, then only the values its adjoints read); s - slope[h] |q - k|
- * 1.19-1.22x the built-in alibi_slopes; (s / c):tanh() * c 1.10x the
- * built-in softcap (the same bits). What remains is the interpretation per
- * line of at most 64 elements (a dispatch and the affine bookkeeping per
- * instruction) and one pass per instruction that needs elements. */
+ * Fused shapes (find_shape, at compile time): three common programs skip
+ * the interpretation and run as one loop over the tile, with the bits of the
+ * program op by op: s + t[i1, ..., in] with every index an integer affine
+ * form of the positions (one strided read of the table per element; its
+ * backward adds dS along the table at the same affine offsets, with no
+ * forward pass for P's program and no adjoint pass), s - x |d| with x
+ * constant over a slice and d = +-(q - k) + const (the built-in ALiBi's
+ * loop: s + (-x) |d| is the same IEEE operation), and (s / c):tanh() * c
+ * (the built-in softcap's loop). The backward of any s + y or s - y (y not
+ * reading s) whose tables want no gradient is dS itself. A tile where an
+ * affine index would leave exact float32 integers, or x is not finite,
+ * runs the program op by op.
+ *
+ * Cost (flash, B's shape [1, 8, 4096, 64], 2 threads, best of 3 interleaved
+ * rounds, three runs on a shared 2-core VM: scripts/attn-lua
+ * scripts/bench.lua --cases score_mod_relbias,score_mod_alibi,
+ * score_mod_softcap,mask_mod_document --reps 3): s + rel[h, q - k + L]
+ * 0.99-1.07x the plain forward, 1.07-1.10x forward + backward (the table's
+ * gradient included); s - slope[h] |q - k| 0.98-1.03x the built-in
+ * alibi_slopes; (s / 30):tanh() * 30 1.01-1.04x the built-in softcap; the
+ * document mask_mod 1.00x block_mask.document and causal. A program of
+ * another shape pays the interpretation per line of at most 64 elements (a
+ * dispatch and the affine bookkeeping per instruction, one pass per
+ * instruction that needs elements; the backward evaluates the program twice:
+ * for P, then the values its adjoints read): run that way, the three above
+ * cost 1.27-1.38x forward and 1.55-1.81x forward + backward (the table),
+ * 1.22-1.25x (ALiBi) and 1.04-1.22x (softcap) in the same setting. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
