@@ -449,7 +449,7 @@ static int build_from_mask_mod(lua_State *L, const char *fname, int64_t b, int64
 
 /* core._mask_mod_blocks(fname, mm, B, H, Lq, Lk): the block mask of a
  * mask_mod given as an option of function fname (the default block), its
- * errors naming fname, not attn.block_mask. The caller checked the sizes. */
+ * errors naming fname, not attn.block_mask. */
 static int l_mask_mod_blocks(lua_State *L) {
   const char *fname = luaL_checkstring(L, 1);
   lua_settop(L, 7); /* mm at 2 and sizes at 3..6, as attn.block_mask has them; fname stays at 1 */
