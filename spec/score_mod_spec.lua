@@ -501,6 +501,12 @@ for _, kernel in ipairs({"math", "flash"}) do
     local out = attn.scaled_dot_product_attention(q, k, v, {score_mod = sm, mask_mod = mm, kernel = kernel})
     out:sum():backward()
     for _, t in ipairs({out, q.grad, k.grad, v.grad, rel.grad}) do hash(t) end
+    -- a fused shape (the table gradient added along its row)
+    q.grad, k.grad, v.grad, rel.grad = nil, nil, nil, nil
+    local fused = attn.score_mod(function(x, b, hh, qq, kk) return x + rel[{hh, qq - kk + L}] end)
+    out = attn.scaled_dot_product_attention(q, k, v, {score_mod = fused, kernel = kernel})
+    out:sum():backward()
+    for _, t in ipairs({out, q.grad, k.grad, v.grad, rel.grad}) do hash(t) end
   end
 end
 io.write(string.format("%d\nEND\n", h))
