@@ -147,6 +147,70 @@ describe("attn.score_mod: the built-in variants written as expressions", functio
   end)
 end)
 
+-- Programs of a common shape (s + t[affine index], s - x |d|, (s / c):tanh() * c) run as one fused tile op;
+-- the same program with "* 1" appended to its term (x * 1 = x exactly) runs op by op: the two must give
+-- the same bits, forward and backward, in every kernel's tile layout (flash's transposed tiles, the math
+-- kernel's and the backward's rows, the decode path).
+describe("attn.score_mod: the fused shapes give the bits of the program op by op", function()
+  local function run(q, k, v, sm, tbls, o)
+    for _, t in ipairs(tbls) do t.grad = nil end
+    q.grad, k.grad, v.grad = nil, nil, nil
+    local opts = { score_mod = sm }
+    for name, x in pairs(o) do opts[name] = x end
+    local out = sdpa(q, k, v, opts)
+    ;(out * attn.arange(1, out:numel() + 1):view(out:size()):sin()):sum():backward()
+    local r = { out, q.grad, k.grad, v.grad }
+    for _, t in ipairs(tbls) do r[#r + 1] = t.grad end
+    return r
+  end
+  local sizes = { { 2, 3, 70, 90, 3 }, { 1, 4, 2, 300, 2 } } -- B, H, Lq, Lk, KV heads (the second: GQA, decode)
+  for _, sz in ipairs(sizes) do
+    local B, H, Lq, Lk, HK = sz[1], sz[2], sz[3], sz[4], sz[5]
+    attn.manual_seed(21)
+    local q = attn.randn(B, H, Lq, 8):requires_grad_()
+    local k, v = attn.randn(B, HK, Lk, 8):requires_grad_(), attn.randn(B, HK, Lk, 8):requires_grad_()
+    local rel = (attn.randn(H, 2 * Lq + Lk) * 0.5):requires_grad_()
+    local rel3 = (attn.randn(B, H, Lq + Lk) * 0.5):requires_grad_()
+    local relt = (attn.randn(Lq + Lk, H) * 0.5):t() -- strided: [H, Lq + Lk] with strides {1, H}
+    local slopes = attn.alibi_slopes(H)
+    local slopes_g = attn.alibi_slopes(H):requires_grad_()
+    local big = 8388608 -- 2^23: q big passes 2^24 from q = 3
+    local cases = {
+      { "s + rel[h, q - k + Lk]", { rel }, function(x, f) return function(s, b, h, qq, kk) return s + f(rel[{ h, qq - kk + Lk }]) end end },
+      { "s + rel[h, k - q + Lq]", { rel }, function(x, f) return function(s, b, h, qq, kk) return s + f(rel[{ h, kk - qq + Lq }]) end end },
+      { "s + rel[h, 2 q - k + Lk]", { rel }, function(x, f) return function(s, b, h, qq, kk) return s + f(rel[{ h, qq * 2 - kk + Lk }]) end end },
+      { "rel[h, q] + s", { rel }, function(x, f) return function(s, b, h, qq, kk) return f(rel[{ h, qq }]) + s end end },
+      { "s + rel3[b, h, q - k + Lk]", { rel3 }, function(x, f) return function(s, b, h, qq, kk) return s + f(rel3[{ b, h, qq - kk + Lk }]) end end },
+      { "s + strided[h, k - q + Lq]", {}, function(x, f) return function(s, b, h, qq, kk) return s + f(relt[{ h, kk - qq + Lq }]) end end },
+      { "an index past 2^24 on the way", { rel }, function(x, f) return function(s, b, h, qq, kk)
+        return s + f(rel[{ h, qq * big - qq * big + qq - kk + Lk }]) end end },
+      { "s - slopes[h] |q - k|", {}, function(x, f) return function(s, b, h, qq, kk) return s - f(slopes[h] * (qq - kk):abs()) end end },
+      { "s - |k - q + 3| 0.25", {}, function(x, f) return function(s, b, h, qq, kk) return s - f((kk - qq + 3):abs() * 0.25) end end },
+      { "s - slopes[h] |q - k| (slopes learnable)", { slopes_g }, function(x, f) return function(s, b, h, qq, kk)
+        return s - f(slopes_g[h] * (qq - kk):abs()) end end },
+      { "(s / 7):tanh() * 7", {}, function(x, f) return function(s) return f((s / 7):tanh() * 7) end end },
+      { "7 * (s / 7):tanh()", {}, function(x, f) return function(s) return f(7 * (s / 7):tanh()) end end },
+    }
+    local function id(x) return x end
+    local function times1(x) return x * 1 end
+    for _, c in ipairs(cases) do
+      it(("%s, [%d, %d, %d, %d]"):format(c[1], B, H, Lq, Lk), function()
+        local fused, plain = attn.score_mod(c[3](nil, id)), attn.score_mod(c[3](nil, times1))
+        for _, kernel in ipairs { "math", "flash" } do
+          for _, causal in ipairs { false, true } do
+            local o = { kernel = kernel, is_causal = causal and Lq <= Lk, enable_gqa = HK ~= H }
+            local a, b = run(q, k, v, fused, c[2], o), run(q, k, v, plain, c[2], o)
+            for i = 1, #b do
+              assert(a[i]:equal(b[i]), ("%s%s: result %d differs by %g"):format(kernel, causal and ", causal" or "", i,
+                max_diff(a[i], b[i])))
+            end
+          end
+        end
+      end)
+    end
+  end
+end)
+
 describe("attn.score_mod: a captured learnable table", function()
   for _, kernel in ipairs { "math", "flash" } do
     for _, causal in ipairs { false, true } do
@@ -437,6 +501,12 @@ for _, kernel in ipairs({"math", "flash"}) do
     local out = attn.scaled_dot_product_attention(q, k, v, {score_mod = sm, mask_mod = mm, kernel = kernel})
     out:sum():backward()
     for _, t in ipairs({out, q.grad, k.grad, v.grad, rel.grad}) do hash(t) end
+    -- a fused shape (the table gradient added along its row)
+    q.grad, k.grad, v.grad, rel.grad = nil, nil, nil, nil
+    local fused = attn.score_mod(function(x, b, hh, qq, kk) return x + rel[{hh, qq - kk + L}] end)
+    out = attn.scaled_dot_product_attention(q, k, v, {score_mod = fused, kernel = kernel})
+    out:sum():backward()
+    for _, t in ipairs({out, q.grad, k.grad, v.grad, rel.grad}) do hash(t) end
   end
 end
 io.write(string.format("%d\nEND\n", h))
@@ -520,10 +590,14 @@ describe("attn.score_mod / attn.mask_mod: bad input", function()
     -- clamped into range it runs
     local ok = attn.score_mod(function(s, b, h, qq, kk) return s + t[(qq + 1):clamp(1, 8)] end)
     assert.equal(8, sdpa(q, k, v, { score_mod = ok }):size(3))
+    -- a mask_mod option runs as a block mask made for the call: its error names the call, not attn.block_mask
     local mm = attn.mask_mod(function(b, h, qq, kk) return t[{ kk - 1 }]:eq(0) end)
-    e = err_of(sdpa, q, k, v, { mask_mod = mm })
-    assert.truthy(e:find("attn.mask_mod: index 1 of captured tensor #1 is 0 at b = 1, h = 1, q = 1, k = 1: out of "
-      .. "range (expected 1..8)", 1, true), e)
+    for _, kernel in ipairs({ "math", "flash" }) do
+      e = err_of(sdpa, q, k, v, { mask_mod = mm, kernel = kernel })
+      assert.truthy(e:find("attn.scaled_dot_product_attention: attn.mask_mod: index 1 of captured tensor #1 is 0 at "
+        .. "b = 1, h = 1, q = 1, k = 1: out of range (expected 1..8)", 1, true), e)
+      assert.falsy(e:find("attn.block_mask", 1, true), e)
+    end
   end)
 
   it("options of the wrong kind", function()

@@ -419,9 +419,11 @@ static int64_t size_arg(lua_State *L, int arg, const char *what, int64_t min) {
 /* attn.block_mask(mm, B, H, Lq, Lk, block) for a mask_mod at slot 2: its
  * program classifies the blocks in C, one pattern per (b, h) only where it
  * reads b or h. */
-static int build_from_mask_mod(lua_State *L, int64_t b, int64_t h, int64_t lq, int64_t lk, int64_t block) {
-  attn_score_mod *mm = attnL_score_mod_for_call(L, 2, BM, "fn", 1); /* slot 8 */
-  if (lq > 0 && lk > 0 && attn_score_mod_check(mm, "attn.mask_mod", b, h, lq, lk) != ATTN_OK) attnL_core_error(L, BM);
+static int build_from_mask_mod(lua_State *L, const char *fname, int64_t b, int64_t h, int64_t lq, int64_t lk,
+                               int64_t block) {
+  attn_score_mod *mm = attnL_score_mod_for_call(L, 2, fname, "fn", 1); /* slot 8 */
+  if (lq > 0 && lk > 0 && attn_score_mod_check(mm, "attn.mask_mod", b, h, lq, lk) != ATTN_OK)
+    attnL_core_error(L, fname);
   unsigned deps = mm->code[mm->n - 1].deps;
   attn_block_mask *m = lua_newuserdatauv(L, sizeof *m, 0); /* slot 9 */
   memset(m, 0, sizeof *m);
@@ -443,6 +445,17 @@ static int build_from_mask_mod(lua_State *L, int64_t b, int64_t h, int64_t lq, i
         }
   lua_settop(L, 9);
   return 1;
+}
+
+/* core._mask_mod_blocks(fname, mm, B, H, Lq, Lk): the block mask of a
+ * mask_mod given as an option of function fname (the default block), its
+ * errors naming fname, not attn.block_mask. */
+static int l_mask_mod_blocks(lua_State *L) {
+  const char *fname = luaL_checkstring(L, 1);
+  lua_settop(L, 7); /* mm at 2 and sizes at 3..6, as attn.block_mask has them; fname stays at 1 */
+  int64_t b = size_arg(L, 3, "B", 1), h = size_arg(L, 4, "H", 1);
+  int64_t lq = size_arg(L, 5, "Lq", 0), lk = size_arg(L, 6, "Lk", 0);
+  return build_from_mask_mod(L, fname, b, h, lq, lk, attn_block_mask_default_block(lq, lk));
 }
 
 static int l_build(lua_State *L) {
@@ -482,7 +495,7 @@ static int l_build(lua_State *L) {
     }
     lua_pop(L, 1);
   }
-  if (is_mask_mod) return build_from_mask_mod(L, b, h, lq, lk, block);
+  if (is_mask_mod) return build_from_mask_mod(L, BM, b, h, lq, lk, block);
   check_ids(L, 2, lq > lk ? lq : lk);
   int per_bh = !root || root->has_lua; /* a Lua function may depend on b and h */
   int depth = root ? root->depth : 0;
@@ -639,5 +652,7 @@ void attnL_open_block_mask(lua_State *L) {
   lua_pushcfunction(L, l_build);
   lua_setfield(L, -2, "__call");
   lua_setmetatable(L, -2);
+  lua_pushcfunction(L, l_mask_mod_blocks);
+  lua_setfield(L, -5, "_mask_mod_blocks");
   lua_setfield(L, -4, "block_mask"); /* module, methods, metatable, this */
 }

@@ -32,14 +32,33 @@
  * gathers' gradients scattered into a buffer of the caller's (one per work
  * chunk, reduced in a fixed order: sdpa_backward.c).
  *
- * Cost (flash, [1, 8, 1024, 64], one thread, CPU time, best of 5 rounds,
- * three runs at load 5): s + rel[h, q - k + L] 1.19-1.25x the plain forward,
- * 1.42-1.45x forward + backward (the backward evaluates the program twice:
- * for P, then only the values its adjoints read); s - slope[h] |q - k|
- * 1.19-1.22x the built-in alibi_slopes; (s / c):tanh() * c 1.10x the
- * built-in softcap (the same bits). What remains is the interpretation per
- * line of at most 64 elements (a dispatch and the affine bookkeeping per
- * instruction) and one pass per instruction that needs elements. */
+ * Fused shapes (find_shape, at compile time): three common programs skip
+ * the interpretation and run as one loop over the tile, with the bits of the
+ * program op by op: s + t[i1, ..., in] with every index an integer affine
+ * form of the positions (one strided read of the table per element; its
+ * backward adds dS along the table at the same affine offsets, with no
+ * forward pass for P's program and no adjoint pass), s - x |d| with x
+ * constant over a slice and d = +-(q - k) + const (the built-in ALiBi's
+ * loop: s + (-x) |d| is the same IEEE operation), and (s / c):tanh() * c
+ * (the built-in softcap's loop). The backward of any s + y or s - y (y not
+ * reading s) whose tables want no gradient is dS itself. A tile where an
+ * affine index would leave exact float32 integers, or x is not finite,
+ * runs the program op by op.
+ *
+ * Cost (flash, B's shape [1, 8, 4096, 64], 2 threads, best of 3 interleaved
+ * rounds, three runs on a shared 2-core VM: scripts/attn-lua
+ * scripts/bench.lua --cases score_mod_relbias,score_mod_alibi,
+ * score_mod_softcap,mask_mod_document --reps 3): s + rel[h, q - k + L]
+ * 0.99-1.07x the plain forward, 1.07-1.10x forward + backward (the table's
+ * gradient included); s - slope[h] |q - k| 0.98-1.03x the built-in
+ * alibi_slopes; (s / 30):tanh() * 30 1.01-1.04x the built-in softcap; the
+ * document mask_mod 1.00x block_mask.document and causal. A program of
+ * another shape pays the interpretation per line of at most 64 elements (a
+ * dispatch and the affine bookkeeping per instruction, one pass per
+ * instruction that needs elements; the backward evaluates the program twice:
+ * for P, then the values its adjoints read): run that way, the three above
+ * cost 1.27-1.38x forward and 1.55-1.81x forward + backward (the table),
+ * 1.22-1.25x (ALiBi) and 1.04-1.22x (softcap) in the same setting. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +90,123 @@ static int n_operands(int op) {
     return 3;
   default:
     return 1;
+  }
+}
+
+
+/* ------------------------------------------------------------ shapes */
+
+#define AFF_LIMIT 16777216 /* 2^24: integers exact in float32 */
+
+/* integer affine forms of the positions (an op whose coefficients would pass 2^24 is not one) */
+static void find_affine(attn_score_mod *m) {
+  for (int i = 0; i < m->n; i++) {
+    const attn_smod_insn *in = &m->code[i];
+    int64_t *f = m->aff[i];
+    int ok = 0;
+    memset(f, 0, 5 * sizeof *f);
+    int aa = in->a >= 0 && in->a < i && m->is_aff[in->a], ab = in->b >= 0 && in->b < i && m->is_aff[in->b];
+    const int64_t *fa = aa ? m->aff[in->a] : NULL, *fb = ab ? m->aff[in->b] : NULL;
+    switch (in->op) {
+    case ATTN_SMOD_B: f[1] = 1, ok = 1; break;
+    case ATTN_SMOD_H: f[2] = 1, ok = 1; break;
+    case ATTN_SMOD_Q: f[3] = 1, ok = 1; break;
+    case ATTN_SMOD_K: f[4] = 1, ok = 1; break;
+    case ATTN_SMOD_CONST:
+      ok = in->k == floorf(in->k) && fabsf(in->k) <= (float)AFF_LIMIT;
+      if (ok) f[0] = (int64_t)in->k;
+      break;
+    case ATTN_SMOD_ADD: case ATTN_SMOD_SUB:
+      ok = aa && ab;
+      for (int c = 0; ok && c < 5; c++) f[c] = in->op == ATTN_SMOD_ADD ? fa[c] + fb[c] : fa[c] - fb[c];
+      break;
+    case ATTN_SMOD_NEG:
+      ok = aa;
+      for (int c = 0; ok && c < 5; c++) f[c] = -fa[c];
+      break;
+    case ATTN_SMOD_MUL: {
+      int ca = aa && !(fa[1] | fa[2] | fa[3] | fa[4]), cb = ab && !(fb[1] | fb[2] | fb[3] | fb[4]);
+      ok = aa && ab && (ca || cb);
+      for (int c = 0; ok && c < 5; c++) f[c] = ca ? fa[0] * fb[c] : fa[c] * fb[0];
+      break;
+    }
+    default: break;
+    }
+    for (int c = 0; ok && c < 5; c++) ok = f[c] >= -AFF_LIMIT && f[c] <= AFF_LIMIT;
+    m->is_aff[i] = (unsigned char)ok;
+    if (!ok) memset(f, 0, 5 * sizeof *f);
+  }
+}
+
+/* the values root reads (and root), in program order, into list; 0 when one is not affine and aff_only */
+static int cone_of(const attn_score_mod *m, const int *roots, int nroots, int aff_only, short *list, int *cnt) {
+  unsigned char need[ATTN_SMOD_MAX_INSNS] = {0};
+  for (int r = 0; r < nroots; r++) need[roots[r]] = 1;
+  for (int i = m->n - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const attn_smod_insn *in = &m->code[i];
+    if (in->a >= 0) need[in->a] = 1;
+    if (in->b >= 0) need[in->b] = 1;
+    if (in->c >= 0) need[in->c] = 1;
+    if (in->op == ATTN_SMOD_GATHER)
+      for (int d = 0; d < in->nd; d++) need[in->ix[d]] = 1;
+  }
+  *cnt = 0;
+  for (int i = 0; i < m->n; i++) {
+    if (!need[i]) continue;
+    if (aff_only && !m->is_aff[i]) return 0;
+    list[(*cnt)++] = (short)i;
+  }
+  return 1;
+}
+
+static void find_shape(attn_score_mod *m) {
+  m->shape = ATTN_SMOD_SHAPE_NONE;
+  m->score_lin = 0;
+  m->ncone = m->nxcone = 0;
+  if (m->is_mask) return;
+  int last = m->n - 1, nscores = 0;
+  const attn_smod_insn *r = &m->code[last];
+  int is_s[ATTN_SMOD_MAX_INSNS];
+  for (int i = 0; i < m->n; i++) is_s[i] = m->code[i].op == ATTN_SMOD_SCORE, nscores += is_s[i];
+  if (nscores != 1) return;
+  /* s + y, y + s, s - y */
+  int y = -1;
+  if (r->op == ATTN_SMOD_ADD || r->op == ATTN_SMOD_SUB) {
+    if (is_s[r->a] && !(m->code[r->b].deps & ATTN_SMOD_DEP_S)) y = r->b;
+    else if (r->op == ATTN_SMOD_ADD && is_s[r->b] && !(m->code[r->a].deps & ATTN_SMOD_DEP_S)) y = r->a;
+  }
+  m->score_lin = y >= 0;
+  if (y >= 0 && r->op == ATTN_SMOD_ADD && m->code[y].op == ATTN_SMOD_GATHER) {
+    const attn_smod_insn *g = &m->code[y];
+    int roots[ATTN_MAX_DIMS];
+    for (int d = 0; d < g->nd; d++) roots[d] = g->ix[d];
+    if (cone_of(m, roots, g->nd, 1, m->cone, &m->ncone)) m->shape = ATTN_SMOD_SHAPE_ADD_GATHER, m->shape_g = y;
+    return;
+  }
+  if (y >= 0 && r->op == ATTN_SMOD_SUB && m->code[y].op == ATTN_SMOD_MUL) {
+    const attn_smod_insn *p = &m->code[y];
+    int x = -1, d = -1;
+    if (m->code[p->b].op == ATTN_SMOD_ABS) x = p->a, d = m->code[p->b].a;
+    else if (m->code[p->a].op == ATTN_SMOD_ABS) x = p->b, d = m->code[p->a].a;
+    if (x < 0 || (m->code[x].deps & ~(ATTN_SMOD_DEP_B | ATTN_SMOD_DEP_H)) || !m->is_aff[d]) return;
+    const int64_t *f = m->aff[d];
+    if (!((f[3] == 1 && f[4] == -1) || (f[3] == -1 && f[4] == 1))) return;
+    if (!cone_of(m, &d, 1, 1, m->cone, &m->ncone) || !cone_of(m, &x, 1, 0, m->xcone, &m->nxcone)) return;
+    m->shape = ATTN_SMOD_SHAPE_SUB_SCALE_ABS, m->shape_g = x, m->shape_d = d;
+    return;
+  }
+  /* (s / c):tanh() * c or c * (s / c):tanh(), the same finite c */
+  if (r->op == ATTN_SMOD_MUL) {
+    int t = -1, c2 = -1;
+    if (m->code[r->a].op == ATTN_SMOD_TANH && m->code[r->b].op == ATTN_SMOD_CONST) t = r->a, c2 = r->b;
+    else if (m->code[r->b].op == ATTN_SMOD_TANH && m->code[r->a].op == ATTN_SMOD_CONST) t = r->b, c2 = r->a;
+    if (t < 0) return;
+    const attn_smod_insn *dv = &m->code[m->code[t].a];
+    if (dv->op != ATTN_SMOD_DIV || !is_s[dv->a] || m->code[dv->b].op != ATTN_SMOD_CONST) return;
+    float c = m->code[c2].k, c1 = m->code[dv->b].k;
+    if (!isfinite(c) || memcmp(&c, &c1, sizeof c) != 0) return;
+    m->shape = ATTN_SMOD_SHAPE_SOFTCAP, m->shape_g = c2;
   }
 }
 
@@ -109,6 +245,8 @@ attn_status attn_score_mod_finish(attn_score_mod *m) {
     }
     in->deps = deps;
   }
+  find_affine(m);
+  find_shape(m);
   return ATTN_OK;
 }
 
@@ -645,8 +783,105 @@ VECTOR_CLONES static void eval_vectors(const attn_score_mod *m, float q0, float 
   }
 }
 
+/* affine form f at 1-based positions */
+static inline int64_t aff_at(const int64_t *f, int64_t b, int64_t h, int64_t q, int64_t k) {
+  return f[0] + f[1] * b + f[2] * h + f[3] * q + f[4] * k;
+}
+
+/* every value of the shape's affine cone stays an exact float32 integer over positions b, h, q in [q0, q1],
+ * k in [k0, k1] (1-based): the program op by op computes them exactly there, as the integer forms do */
+static int cone_exact(const attn_score_mod *m, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+  for (int c = 0; c < m->ncone; c++) {
+    const int64_t *f = m->aff[m->cone[c]];
+    int64_t v[4] = {aff_at(f, b, h, q0, k0), aff_at(f, b, h, q0, k1), aff_at(f, b, h, q1, k0), aff_at(f, b, h, q1, k1)};
+    for (int e = 0; e < 4; e++)
+      if (v[e] < -AFF_LIMIT || v[e] > AFF_LIMIT) return 0;
+  }
+  return 1;
+}
+
+/* the table offset of the ADD_GATHER shape's gather at (b, h, q, k) (1-based), and its steps along q and k,
+ * for strides st */
+static int64_t gather_offset(const attn_score_mod *m, const int64_t *st, int64_t b, int64_t h, int64_t q, int64_t k,
+                             int64_t *oq, int64_t *ok) {
+  const attn_smod_insn *g = &m->code[m->shape_g];
+  int64_t o = 0;
+  *oq = *ok = 0;
+  for (int d = 0; d < g->nd; d++) {
+    const int64_t *f = m->aff[g->ix[d]];
+    o += (aff_at(f, b, h, q, k) - 1) * st[d];
+    *oq += f[3] * st[d];
+    *ok += f[4] * st[d];
+  }
+  return o;
+}
+
+/* The tile by a fused shape: 1 when done, 0 when this tile must run the program op by op (an index that
+ * would leave exact float32 integers, a scale that is not finite). */
+VECTOR_CLONES static int shape_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni,
+                                    int64_t k0, int64_t nk, float *s, int64_t rs, int64_t cs) {
+  int64_t pb = b + 1, ph = h + 1;
+  switch (m->shape) {
+  case ATTN_SMOD_SHAPE_SOFTCAP: /* c tanh(s / c): the built-in's bits (a product commutes) */
+    attn_sdpa_softcap_tile(m->code[m->shape_g].k, ni, nk, s, rs, cs);
+    return 1;
+  case ATTN_SMOD_SHAPE_ADD_GATHER: {
+    if (!cone_exact(m, pb, ph, i0 + 1, i0 + ni, k0 + 1, k0 + nk)) return 0;
+    const attn_smod_table *t = &m->tables[m->code[m->shape_g].tbl];
+    int64_t oq, ok;
+    const float *t0 = t->data + gather_offset(m, t->stride, pb, ph, i0 + 1, k0 + 1, &oq, &ok);
+    if (rs == 1 && ni > 1) { /* flash's transposed tiles: a column of query rows is contiguous */
+      for (int64_t c = 0; c < nk; c++) {
+        float *col = s + c * cs;
+        const float *tc = t0 + c * ok;
+        if (oq == 1) {
+#pragma omp simd
+          for (int64_t r = 0; r < ni; r++) col[r] = col[r] + tc[r];
+        } else {
+          for (int64_t r = 0; r < ni; r++) col[r] = col[r] + tc[r * oq];
+        }
+      }
+    } else {
+      for (int64_t r = 0; r < ni; r++) {
+        float *row = s + r * rs;
+        const float *tr = t0 + r * oq;
+        if (cs == 1 && ok == 1) {
+#pragma omp simd
+          for (int64_t c = 0; c < nk; c++) row[c] = row[c] + tr[c];
+        } else if (cs == 1 && ok == -1) {
+#pragma omp simd
+          for (int64_t c = 0; c < nk; c++) row[c] = row[c] + tr[-c];
+        } else {
+          for (int64_t c = 0; c < nk; c++) row[c * cs] = row[c * cs] + tr[c * ok];
+        }
+      }
+    }
+    return 1;
+  }
+  case ATTN_SMOD_SHAPE_SUB_SCALE_ABS: {
+    /* s - x |d| = s + (-x) |d| exactly (IEEE negation): the built-in ALiBi's tile op with slope x and distance d
+     * (q - k or k - q plus a constant over the slice) */
+    if (!cone_exact(m, pb, ph, i0 + 1, i0 + ni, k0 + 1, k0 + nk)) return 0;
+    float v[ATTN_SMOD_MAX_INSNS];
+    for (int c = 0; c < m->nxcone; c++) {
+      int i = m->xcone[c];
+      const attn_smod_insn *in = &m->code[i];
+      v[i] = in->op == ATTN_SMOD_B ? (float)pb : in->op == ATTN_SMOD_H ? (float)ph : scalar_op(m, in, v);
+    }
+    float x = v[m->shape_g];
+    if (!isfinite(x)) return 0; /* NaN's sign could differ */
+    const int64_t *f = m->aff[m->shape_d];
+    int64_t d0 = aff_at(f, pb, ph, i0 + 1, k0 + 1);
+    attn_sdpa_alibi_tile(x, f[3] == 1 ? d0 : -d0, ni, nk, s, rs, cs);
+    return 1;
+  }
+  default: return 0;
+  }
+}
+
 void attn_score_mod_tile(const attn_score_mod *m, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t k0,
                          int64_t nk, float *s, int64_t rs, int64_t cs) {
+  if (m->shape && ni > 0 && nk > 0 && shape_tile(m, b, h, i0, ni, k0, nk, s, rs, cs)) return;
   line_vals lv;
   int along_q = rs == 1 && ni > 1 && cs != 1; /* flash's transposed tiles: lines of query rows */
   unsigned vary = ATTN_SMOD_DEP_S | (along_q ? ATTN_SMOD_DEP_Q : ATTN_SMOD_DEP_K);
@@ -743,6 +978,32 @@ static int propagates(int op) {
 VECTOR_CLONES void attn_score_mod_backward_row(const attn_score_mod *m, int64_t b, int64_t h, int64_t i, int64_t k0,
                                                int64_t nk, const float *pre, float *ds, float *gbuf,
                                                const int64_t *off) {
+  if (m->score_lin && nk > 0) {
+    /* s + y or s - y: the score's gradient is ds (0 + ds, as the adjoints accumulate from 0); a gradient
+     * into the ADD_GATHER shape's table is ds added along the gather's affine offsets */
+    int grads = 0, gt = m->shape == ATTN_SMOD_SHAPE_ADD_GATHER ? m->code[m->shape_g].tbl : -1;
+    for (int t = 0; t < m->ntables && gbuf; t++) grads += t != gt && off[t] >= 0;
+    int gather = gt >= 0 && gbuf && off[gt] >= 0;
+    if (!grads && (!gather || cone_exact(m, b + 1, h + 1, i + 1, i + 1, k0 + 1, k0 + nk))) {
+#pragma omp simd
+      for (int64_t j = 0; j < nk; j++) ds[j] = 0.0f + ds[j];
+      if (!gather) return;
+      const attn_smod_table *tb = &m->tables[gt];
+      int64_t cstride[ATTN_MAX_DIMS], acc = 1, oq, ok;
+      for (int d = tb->ndim - 1; d >= 0; d--) cstride[d] = acc, acc *= tb->size[d];
+      float *g0 = gbuf + off[gt] + gather_offset(m, cstride, b + 1, h + 1, i + 1, k0 + 1, &oq, &ok);
+      if (ok == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < nk; j++) g0[j] += ds[j];
+      } else if (ok == -1) {
+#pragma omp simd
+        for (int64_t j = 0; j < nk; j++) g0[-j] += ds[j];
+      } else { /* in key order (a step of 0 sums into one element) */
+        for (int64_t j = 0; j < nk; j++) g0[j * ok] += ds[j];
+      }
+      return;
+    }
+  }
   line_vals lv;
   float adj[ATTN_SMOD_MAX_INSNS][LINE];
   unsigned char need[ATTN_SMOD_MAX_INSNS];

@@ -61,12 +61,31 @@ typedef struct attn_smod_table {
   float *grad; /* backward: NULL, or where its gradient goes (contiguous, the table's shape; overwritten) */
 } attn_smod_table;
 
+/* Shapes of program run as one fused tile op (filled by
+ * attn_score_mod_finish; the same bits as the program op by op):
+ * ADD_GATHER: s + t[i1, ..., in] with every index an integer affine form of
+ * the positions (a relative-position table); SUB_SCALE_ABS: s - x |d| with x
+ * constant over a slice and d affine (ALiBi: the built-in tile op);
+ * SOFTCAP: (s / c):tanh() * c (the built-in softcap). */
+enum { ATTN_SMOD_SHAPE_NONE, ATTN_SMOD_SHAPE_ADD_GATHER, ATTN_SMOD_SHAPE_SUB_SCALE_ABS, ATTN_SMOD_SHAPE_SOFTCAP };
+
 typedef struct attn_score_mod {
   int is_mask;    /* mask_mod: no score leaf, the result is a visibility */
   int n;          /* instructions */
   attn_smod_insn code[ATTN_SMOD_MAX_INSNS];
   int ntables;
   attn_smod_table tables[ATTN_SMOD_MAX_TABLES];
+  /* filled by attn_score_mod_finish: value i = aff[i][0] + aff[i][1] b + aff[i][2] h + aff[i][3] q +
+   * aff[i][4] k over integers where is_aff[i] (positions, integer constants, + - and products by a
+   * constant of them) */
+  unsigned char is_aff[ATTN_SMOD_MAX_INSNS];
+  int64_t aff[ATTN_SMOD_MAX_INSNS][5];
+  int shape;      /* ATTN_SMOD_SHAPE_* */
+  int shape_g;    /* ADD_GATHER: the gather; SUB_SCALE_ABS: x; SOFTCAP: the constant c */
+  int shape_d;    /* SUB_SCALE_ABS: d */
+  int score_lin;  /* the result is s + y or s - y with y not reading s: its derivative in s is 1 */
+  int ncone, nxcone; /* the affine values the gather's indices (or d) read; the values x reads, and x */
+  short cone[ATTN_SMOD_MAX_INSNS], xcone[ATTN_SMOD_MAX_INSNS];
 } attn_score_mod;
 
 /* Check the program's structure (operands earlier than their user, opcodes,

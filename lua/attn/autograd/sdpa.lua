@@ -52,7 +52,7 @@ local function mask_mod_as_block_mask(q, k, v, opts)
   key = table.concat(key, ",")
   local kept = block_masks[mm]
   if not (kept and kept.key == key) then
-    kept = { key = key, bm = core.block_mask(mm, B, H, lq, lk) }
+    kept = { key = key, bm = core._mask_mod_blocks(SDPA, mm, B, H, lq, lk) }
     block_masks[mm] = kept
   end
   local o = {}
