@@ -244,7 +244,14 @@ local function forward(plan, q, k, v)
     local j = (r - 1 - s) % P + 1
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
-    for _, b in ipairs(blocks(plan, j)) do
+    local list = blocks(plan, j)
+    if plan.causal and j == r and plan.qlens[r] > 0 then
+      -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
+      -- is causal attention over the local sequence itself: one call, no merge (zigzag's blocks would be
+      -- two diagonal calls and a full one, merged)
+      list = { { qa = 0, ql = plan.qlens[r], ka = 0, kl = plan.klens[r], causal = true } }
+    end
+    for _, b in ipairs(list) do
       opts.is_causal = b.causal
       local o, l = attn.scaled_dot_product_attention(q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl),
         vc:narrow(-2, b.ka + 1, b.kl), opts)
@@ -302,7 +309,14 @@ local function backward(plan, q, k, v, out, lse, dout)
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
     local dk, dv = attn.zeros(plan.kshapes[j]), attn.zeros(plan.vshapes[j])
-    for _, b in ipairs(blocks(plan, j)) do
+    local list = blocks(plan, j)
+    if plan.causal and j == r and plan.qlens[r] > 0 then
+      -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
+      -- is causal attention over the local sequence itself: one call, no merge (zigzag's blocks would be
+      -- two diagonal calls and a full one, merged)
+      list = { { qa = 0, ql = plan.qlens[r], ka = 0, kl = plan.klens[r], causal = true } }
+    end
+    for _, b in ipairs(list) do
       opts.is_causal = b.causal
       local rows = function(t) return t:narrow(-2, b.qa + 1, b.ql) end
       local cols = function(t) return t:narrow(-2, b.ka + 1, b.kl) end
