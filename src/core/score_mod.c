@@ -288,26 +288,16 @@ static attn_status check_gather_exact(const attn_score_mod *m, int g, unsigned d
                                       int64_t nh, int64_t lq, int64_t lk, int *decided) {
   const attn_smod_insn *gi = &m->code[g];
   const attn_smod_table *t = &m->tables[gi->tbl];
-  unsigned char need[ATTN_SMOD_MAX_INSNS] = {0};
+  int roots[ATTN_MAX_DIMS], nroots = 0;
   unsigned deps = 0;
   for (int d = 0; d < gi->nd; d++)
-    if (dims >> d & 1u) need[gi->ix[d]] = 1, deps |= m->code[gi->ix[d]].deps;
+    if (dims >> d & 1u) roots[nroots++] = gi->ix[d], deps |= m->code[gi->ix[d]].deps;
   *decided = 0;
   if (deps & ATTN_SMOD_DEP_S) return ATTN_OK;
   *decided = 1;
   short cone[ATTN_SMOD_MAX_INSNS];
-  int nc = 0;
-  for (int i = g - 1; i >= 0; i--) {
-    if (!need[i]) continue;
-    const attn_smod_insn *in = &m->code[i];
-    if (in->a >= 0) need[in->a] = 1;
-    if (in->b >= 0) need[in->b] = 1;
-    if (in->c >= 0) need[in->c] = 1;
-    if (in->op == ATTN_SMOD_GATHER)
-      for (int d = 0; d < in->nd; d++) need[in->ix[d]] = 1;
-  }
-  for (int i = 0; i < g; i++)
-    if (need[i]) cone[nc++] = (short)i;
+  int nc;
+  cone_of(m, roots, nroots, 0, cone, &nc);
   int64_t eb = deps & ATTN_SMOD_DEP_B ? nb : 1, eh = deps & ATTN_SMOD_DEP_H ? nh : 1;
   int64_t eq = deps & ATTN_SMOD_DEP_Q ? lq : 1, ek = deps & ATTN_SMOD_DEP_K ? lk : 1;
   float v[ATTN_SMOD_MAX_INSNS] = {0};
