@@ -157,6 +157,12 @@ end
 -- blocks wholly in the future are left out, wholly past ones are full, the
 -- diagonal one is causal; neighbouring full blocks are joined into one call.
 local function blocks(plan, j)
+  if plan.causal and j == plan.r and plan.qlens[j] > 0 then
+    -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
+    -- is causal attention over the local sequence itself, one block (zigzag's chunk pairs would be two
+    -- diagonal blocks and a full one: three calls, and in the forward their merge)
+    return { { qa = 0, ql = plan.qlens[j], ka = 0, kl = plan.klens[j], causal = true } }
+  end
   local qc = chunks_of(plan.layout, plan.qlens, plan.r, plan.P)
   local kc = chunks_of(plan.layout, plan.klens, j, plan.P)
   local list = {}
@@ -244,14 +250,7 @@ local function forward(plan, q, k, v)
     local j = (r - 1 - s) % P + 1
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
-    local list = blocks(plan, j)
-    if plan.causal and j == r and plan.qlens[r] > 0 then
-      -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
-      -- is causal attention over the local sequence itself: one call, no merge (zigzag's blocks would be
-      -- two diagonal calls and a full one, merged)
-      list = { { qa = 0, ql = plan.qlens[r], ka = 0, kl = plan.klens[r], causal = true } }
-    end
-    for _, b in ipairs(list) do
+    for _, b in ipairs(blocks(plan, j)) do
       opts.is_causal = b.causal
       local o, l = attn.scaled_dot_product_attention(q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl),
         vc:narrow(-2, b.ka + 1, b.kl), opts)
@@ -309,14 +308,7 @@ local function backward(plan, q, k, v, out, lse, dout)
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
     local dk, dv = attn.zeros(plan.kshapes[j]), attn.zeros(plan.vshapes[j])
-    local list = blocks(plan, j)
-    if plan.causal and j == r and plan.qlens[r] > 0 then
-      -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
-      -- is causal attention over the local sequence itself: one call, no merge (zigzag's blocks would be
-      -- two diagonal calls and a full one, merged)
-      list = { { qa = 0, ql = plan.qlens[r], ka = 0, kl = plan.klens[r], causal = true } }
-    end
-    for _, b in ipairs(list) do
+    for _, b in ipairs(blocks(plan, j)) do
       opts.is_causal = b.causal
       local rows = function(t) return t:narrow(-2, b.qa + 1, b.ql) end
       local cols = function(t) return t:narrow(-2, b.ka + 1, b.kl) end
