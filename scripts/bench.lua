@@ -45,27 +45,9 @@ local threads = tonumber(os.getenv("OMP_NUM_THREADS") or "") or attn.blas_info()
 local core = attn.blas_info().core
 local cpu = attn.cpu_info() -- the flash kernel's instruction set (ATTN_CPU forces one)
 
-local function json(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b)
-    local order = { case = 1, kernel = 2, b = 3, h = 4, lq = 5, lk = 6, e = 7, causal = 8, threads = 9, ms = 10, gflops = 11 }
-    local oa, ob = order[a] or 99, order[b] or 99
-    if oa ~= ob then return oa < ob end
-    return a < b
-  end)
-  local parts = {}
-  for _, k in ipairs(keys) do
-    local v = t[k]
-    local s
-    if type(v) == "string" then s = string.format("%q", v)
-    elseif type(v) == "boolean" then s = tostring(v)
-    elseif math.type(v) == "integer" then s = tostring(v)
-    else s = string.format("%.4g", v) end
-    parts[#parts + 1] = string.format("%q: %s", k, s)
-  end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local format_line = require("bench_lines").format
+local FIRST_KEYS = { "case", "kernel", "b", "h", "lq", "lk", "e", "causal", "threads", "ms", "gflops" }
+local function json(t) return format_line(t, FIRST_KEYS) end
 
 local selected = {}
 if opts.cases and opts.cases ~= "all" then

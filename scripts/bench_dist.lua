@@ -34,26 +34,9 @@ end
 if not opts.np or opts.np < 1 then io.stderr:write("bench_dist.lua: --np expects an integer >= 1\n"); os.exit(2) end
 if not opts.reps or opts.reps < 1 then io.stderr:write("bench_dist.lua: --reps expects an integer >= 1\n"); os.exit(2) end
 
-local function json(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  local order = {case = 1, procs = 2, threads = 3, ms = 4}
-  table.sort(keys, function(a, b)
-    local oa, ob = order[a] or 99, order[b] or 99
-    if oa ~= ob then return oa < ob end
-    return a < b
-  end)
-  local parts = {}
-  for _, k in ipairs(keys) do
-    local v = t[k]
-    local s
-    if type(v) == "string" then s = ("%q"):format(v)
-    elseif math.type(v) == "integer" or type(v) == "boolean" then s = tostring(v)
-    else s = ("%.4g"):format(v) end
-    parts[#parts + 1] = ("%q: %s"):format(k, s)
-  end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local format_line = require("bench_lines").format
+local FIRST_KEYS = { "case", "procs", "threads", "ms" }
+local function json(t) return format_line(t, FIRST_KEYS) end
 
 -- median of a list of numbers
 local function median(xs)
