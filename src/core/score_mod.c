@@ -272,7 +272,8 @@ static span mul_span(span a, span b) {
   return r;
 }
 
-static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const float *v);
+static float value_at(const attn_score_mod *m, const attn_smod_insn *in, const float *v, float b, float h, float q,
+                      float k);
 
 /* Gather g's indices at every point of the box, exactly: the fallback when
  * the interval bound cannot prove them in range (a where whose discarded
@@ -305,16 +306,8 @@ static attn_status check_gather_exact(const attn_score_mod *m, int g, unsigned d
     for (int64_t h = 1; h <= eh; h++)
       for (int64_t q = 1; q <= eq; q++)
         for (int64_t k = 1; k <= ek; k++) {
-          for (int c = 0; c < nc; c++) {
-            const attn_smod_insn *in = &m->code[cone[c]];
-            switch (in->op) {
-            case ATTN_SMOD_B: v[cone[c]] = (float)b; break;
-            case ATTN_SMOD_H: v[cone[c]] = (float)h; break;
-            case ATTN_SMOD_Q: v[cone[c]] = (float)q; break;
-            case ATTN_SMOD_K: v[cone[c]] = (float)k; break;
-            default: v[cone[c]] = scalar_op(m, in, v); break;
-            }
-          }
+          for (int c = 0; c < nc; c++)
+            v[cone[c]] = value_at(m, &m->code[cone[c]], v, (float)b, (float)h, (float)q, (float)k);
           for (int d = 0; d < gi->nd; d++) {
             if (!(dims >> d & 1u)) continue;
             float x = v[gi->ix[d]];
@@ -504,6 +497,18 @@ static float scalar_op(const attn_score_mod *m, const attn_smod_insn *in, const 
   }
 }
 
+/* one instruction's value at the position (b, h, q, k) (1-based, as floats), its operands in v */
+static float value_at(const attn_score_mod *m, const attn_smod_insn *in, const float *v, float b, float h, float q,
+                      float k) {
+  switch (in->op) {
+  case ATTN_SMOD_B: return b;
+  case ATTN_SMOD_H: return h;
+  case ATTN_SMOD_Q: return q;
+  case ATTN_SMOD_K: return k;
+  default: return scalar_op(m, in, v);
+  }
+}
+
 /* The values over lines of n elements: element j at positions (b, h, q0 + j
  * dq, k0 + j dk) (1-based, as floats) and score[j] (none for a mask). A
  * plan (per tile) sorts the instructions: class 0 reads none of the line's
@@ -546,14 +551,7 @@ static void eval_scalars(const attn_score_mod *m, const short *list, int cnt, fl
   for (int t = 0; t < cnt; t++) {
     int i = list[t];
     const attn_smod_insn *in = &m->code[i];
-    float x;
-    switch (in->op) {
-    case ATTN_SMOD_B: x = b; break;
-    case ATTN_SMOD_H: x = h; break;
-    case ATTN_SMOD_Q: x = q; break;
-    case ATTN_SMOD_K: x = k; break;
-    default: x = scalar_op(m, in, lv->sc); break;
-    }
+    float x = value_at(m, in, lv->sc, b, h, q, k);
     lv->sc[i] = x;
     lv->in_vec[i] = 0;
     lv->affine[i] = x == floorf(x) && fabsf(x) < 16777216.0f;
