@@ -90,6 +90,134 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
   return macs <= TINY_MACS;
 }
 
+/* attn_softmax_dropout_row (src/core/attention.c) without dropout, inlined
+ * for the short rows of the tiny path: the same operations in the same
+ * order, so the same bits (the max is exact in any order; a NaN row takes
+ * the first NaN, as row_max does), without its calls and 8-lane max. It
+ * leaves s[j] = exp(s[j] - max) for j < the returned count of keys that get
+ * a weight (the rest get 0), and the factor 1 / sum that makes the weights
+ * s[j] * *inv; 0 when every key is hidden (every weight 0, the output
+ * zeros). */
+static inline __attribute__((always_inline)) int64_t softmax_short_row(float *s, int64_t lk, float *inv) {
+  int64_t visible = lk;
+  while (visible > 0 && s[visible - 1] == -INFINITY) visible--;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < visible; j++) {
+    float v = s[j];
+    if (v != v) {
+      mx = v;
+      visible = lk; /* NaN everywhere, the hidden keys' too */
+      break;
+    }
+    mx = v > mx ? v : mx;
+  }
+  if (mx == -INFINITY) return 0; /* every key hidden (or no key): zeros, not NaN */
+  double sum = 0.0;
+  for (int64_t j = 0; j < visible; j++) {
+    float x = s[j] == -INFINITY && mx == mx ? 0.0f : expf(s[j] - mx);
+    s[j] = x;
+    sum += (double)x;
+  }
+  *inv = (float)(1.0 / sum);
+  return visible;
+}
+
+/* The q, k and v projections of rows xb [n, d_in] into qkv [n, 3 d_out]
+ * (linear_row_chains per row). Inlined with d_in a constant where the
+ * callers name one, so its short chains unroll. */
+static inline __attribute__((always_inline)) void project_qkv(const attn_self_attention *m, const float *xb,
+                                                              int64_t n, int64_t d_in, float *qkv, int64_t d_out) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *xi = xb + i * d_in;
+    float *y = qkv + i * 3 * d_out;
+    linear_row_chains(xi, d_in, m->wq, m->bq, y, d_out);
+    linear_row_chains(xi, d_in, m->wk, m->bk, y + d_out, d_out);
+    linear_row_chains(xi, d_in, m->wv, m->bv, y + 2 * d_out, d_out);
+  }
+}
+
+/* Head sizes up to which causal_heads keeps a row's outputs in registers. */
+#define TINY_HD_CHUNK 8
+
+/* The causal attention of every head of one batch item: qkv [n, 3 d_out]
+ * (heads of hd side by side in each third) -> c [n, d_out]; s [n], qs [hd]
+ * scratch. Row i sees keys 0..i: q scaled in float32, FMA chains for the
+ * scores, softmax_short_row, then each output an FMA chain over every key
+ * in order (weights fl(e_j / sum), 0 for the keys not seen, so a NaN or inf
+ * in their v spreads as in the math kernel): forward_tiny's bits. Inlined
+ * with hd a constant where the caller names one. */
+static inline __attribute__((always_inline)) void causal_heads(const float *qkv, float *c, int64_t n, int64_t h,
+                                                               int64_t hd, int64_t d_out, float scale, float *s,
+                                                               float *qs) {
+  int64_t w3 = 3 * d_out;
+  for (int64_t hh = 0; hh < h; hh++) {
+    const float *q = qkv + hh * hd, *k = q + d_out, *v = q + 2 * d_out;
+    for (int64_t i = 0; i < n; i++) {
+      for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
+      for (int64_t j = 0; j <= i; j++) {
+        const float *kj = k + j * w3;
+        float acc = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+        s[j] = acc;
+      }
+      float inv = 0.0f;
+      int64_t weighted = softmax_short_row(s, i + 1, &inv);
+      float *ci = c + i * d_out + hh * hd;
+      if (weighted == 0) { /* zeros, as the math kernel gives, even where v holds NaN */
+        for (int64_t d = 0; d < hd; d++) ci[d] = 0.0f;
+        continue;
+      }
+      for (int64_t d0 = 0; d0 < hd; d0 += TINY_HD_CHUNK) {
+        int64_t nd = hd - d0 < TINY_HD_CHUNK ? hd - d0 : TINY_HD_CHUNK;
+        float acc[TINY_HD_CHUNK];
+        for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
+        for (int64_t j = 0; j < weighted; j++) {
+          float w = s[j] * inv;
+          const float *vj = v + j * w3 + d0;
+          for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(w, vj[d], acc[d]);
+        }
+        for (int64_t j = weighted; j < n; j++) {
+          const float *vj = v + j * w3 + d0;
+          for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(0.0f, vj[d], acc[d]);
+        }
+        for (int64_t d = 0; d < nd; d++) ci[d0 + d] = acc[d];
+      }
+    }
+  }
+}
+
+/* forward_tiny for the causal triangle without dropout (the notebooks'
+ * calls): the same arithmetic as forward_tiny, with the heads addressed in
+ * qkv directly instead of through the attention core's problem and slices,
+ * and the short loops of the notebooks' widths (d_in up to 4, head size up
+ * to 2) unrolled: their loop overhead was most of the call. */
+ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                                int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
+  float buf[TINY_FLOATS];
+  int64_t h = m->heads, hd = d_out / h;
+  float *qkv = buf, *ctx = qkv + n * 3 * d_out, *s = ctx + n * d_out, *qs = s + n;
+  float scale = m->scale;
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x->data + b * n * d_in;
+    float *ob = out->data + b * n * d_out;
+    switch (d_in) {
+      case 1: project_qkv(m, xb, n, 1, qkv, d_out); break;
+      case 2: project_qkv(m, xb, n, 2, qkv, d_out); break;
+      case 3: project_qkv(m, xb, n, 3, qkv, d_out); break;
+      case 4: project_qkv(m, xb, n, 4, qkv, d_out); break;
+      default: project_qkv(m, xb, n, d_in, qkv, d_out);
+    }
+    float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
+    switch (hd) {
+      case 1: causal_heads(qkv, c, n, h, 1, d_out, scale, s, qs); break;
+      case 2: causal_heads(qkv, c, n, h, 2, d_out, scale, s, qs); break;
+      default: causal_heads(qkv, c, n, h, hd, d_out, scale, s, qs);
+    }
+    if (m->wo)
+      for (int64_t i = 0; i < n; i++) linear_row_chains(ctx + i * d_out, d_out, m->wo, m->bo, ob + i * d_out, d_out);
+  }
+}
+
 ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                                                 int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
@@ -316,7 +444,8 @@ static attn_status forward(const attn_self_attention *m, const attn_tensor *x, a
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
   if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
     if (s) return attn_fail(ATTN_EARG, "a tiny call keeps no state (see attn_self_attention_keeps)");
-    forward_tiny(m, x, out, nb, n, d_in, d_out);
+    if (!m->mask && m->dropout_p == 0.0) forward_tiny_causal(m, x, out, nb, n, d_in, d_out);
+    else forward_tiny(m, x, out, nb, n, d_in, d_out);
     return ATTN_OK;
   }
   if (s) {
