@@ -20,6 +20,11 @@
 #define TENSOR_USER_VALUES 3
 
 attn_tensor *attnL_test(lua_State *L, int arg);
+/* attnL_test for a function that checks several arguments: the address of
+ * the tensor metatable (one registry look-up; valid while the state lives),
+ * then attnL_test_mt per argument (its metatable's address compared). */
+const void *attnL_tensor_mt(lua_State *L);
+attn_tensor *attnL_test_mt(lua_State *L, int arg, const void *mt);
 /* Makes the table at idx the tensor metatable of attnL_test and new tensors (once, at load). */
 void attnL_register_tensor_mt(lua_State *L, int idx);
 /* The tensor at arg, or an error "fname: bad argument #arg 'what' (expected attn.Tensor, got T)". */

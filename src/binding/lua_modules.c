@@ -18,9 +18,9 @@ static const char *const FN = "attn.core.modules.attention_forward";
 static const char *const BWD = "attn.core.modules.attention_backward";
 
 /* The tensor at arg, NULL for nil; *ok = 0 when it is something else. */
-static const attn_tensor *opt_tensor(lua_State *L, int arg, int *ok) {
+static const attn_tensor *opt_tensor(lua_State *L, int arg, const void *mt, int *ok) {
   if (lua_isnoneornil(L, arg)) return NULL;
-  const attn_tensor *t = attnL_test(L, arg);
+  const attn_tensor *t = attnL_test_mt(L, arg, mt);
   if (!t) *ok = 0;
   return t;
 }
@@ -52,7 +52,8 @@ static attn_tensor corner(const attn_tensor *t, int64_t n) {
  * mask's [n, n] corner when m->mask points to it); 0 when the call is not
  * one for the fused path. */
 static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_corner) {
-  attn_tensor *x = attnL_test(L, 1);
+  const void *mt = attnL_tensor_mt(L);
+  attn_tensor *x = attnL_test_mt(L, 1, mt);
   int isnum[5];
   lua_Integer d_in = lua_tointegerx(L, 2, &isnum[0]);
   lua_Integer context_length = lua_tointegerx(L, 3, &isnum[1]);
@@ -67,17 +68,17 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
   if (!(fabs((double)scale) <= (double)FLT_MAX) || heads < 1) return 0; /* NaN, or not finite in float32 */
 
   int ok = 1;
-  m->wq = opt_tensor(L, 8, &ok), m->bq = opt_tensor(L, 9, &ok);
-  m->wk = opt_tensor(L, 10, &ok), m->bk = opt_tensor(L, 11, &ok);
-  m->wv = opt_tensor(L, 12, &ok), m->bv = opt_tensor(L, 13, &ok);
-  m->wo = opt_tensor(L, 14, &ok), m->bo = opt_tensor(L, 15, &ok);
+  m->wq = opt_tensor(L, 8, mt, &ok), m->bq = opt_tensor(L, 9, mt, &ok);
+  m->wk = opt_tensor(L, 10, mt, &ok), m->bk = opt_tensor(L, 11, mt, &ok);
+  m->wv = opt_tensor(L, 12, mt, &ok), m->bv = opt_tensor(L, 13, mt, &ok);
+  m->wo = opt_tensor(L, 14, mt, &ok), m->bo = opt_tensor(L, 15, mt, &ok);
   m->heads = (int64_t)heads;
   m->scale = (float)scale;
   m->dropout_p = (double)p;
   m->dropout_draw = (attn_dropout_draw){0, NULL};
   m->mask = NULL;
   if (!ok || (!m->wo && m->bo) || attn_self_attention_check(m, (int64_t)d_in) != ATTN_OK) return 0;
-  const attn_tensor *mask = opt_tensor(L, 16, &ok);
+  const attn_tensor *mask = opt_tensor(L, 16, mt, &ok);
   if (!ok) return 0;
   if (mask) { /* anything but a 2-D 0/1 buffer of >= n x n: the module path words the error */
     int64_t n = x->size[x->ndim - 2], at[ATTN_MAX_DIMS];
@@ -100,7 +101,9 @@ static int l_attention_forward(lua_State *L) {
   int return_draw = lua_toboolean(L, 17), keep = return_draw && lua_toboolean(L, 18);
   lua_Integer d_in = lua_tointeger(L, 2);
   /* x as [B, n, d_in] (contiguous), out as [B, n, d_out] in x's leading shape */
-  attn_tensor *x = attnL_push_contiguous(L, 1, FN);
+  attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
+  if (attn_is_contiguous(x)) lua_pushvalue(L, 1);
+  else x = attnL_push_contiguous(L, 1, FN);
   int nd = x->ndim;
   int64_t size[ATTN_MAX_DIMS];
   for (int d = 0; d < nd; d++) size[d] = x->size[d];

@@ -24,6 +24,20 @@ static void set_tensor_mt(lua_State *L) {
   lua_setmetatable(L, -2);
 }
 
+const void *attnL_tensor_mt(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &tensor_mt_key);
+  const void *mt = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  return mt;
+}
+
+attn_tensor *attnL_test_mt(lua_State *L, int arg, const void *mt) {
+  if (lua_type(L, arg) != LUA_TUSERDATA || !lua_getmetatable(L, arg)) return NULL;
+  const void *its = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  return its == mt ? lua_touserdata(L, arg) : NULL;
+}
+
 attn_tensor *attnL_test(lua_State *L, int arg) {
   void *p = lua_touserdata(L, arg);
   if (!p || !lua_getmetatable(L, arg)) return NULL;

@@ -114,7 +114,8 @@ static inline __attribute__((always_inline)) int64_t softmax_short_row(float *s,
   if (mx == -INFINITY) return 0; /* every key hidden (or no key): zeros, not NaN */
   double sum = 0.0;
   for (int64_t j = 0; j < visible; j++) {
-    float x = s[j] == -INFINITY && mx == mx ? 0.0f : expf(s[j] - mx);
+    /* exp(0) = 1 exactly: the row's maximum needs no call */
+    float e = s[j] - mx, x = s[j] == -INFINITY && mx == mx ? 0.0f : e == 0.0f ? 1.0f : expf(e);
     s[j] = x;
     sum += (double)x;
   }
@@ -122,17 +123,56 @@ static inline __attribute__((always_inline)) int64_t softmax_short_row(float *s,
   return visible;
 }
 
-/* The q, k and v projections of rows xb [n, d_in] into qkv [n, 3 d_out]
- * (linear_row_chains per row). Inlined with d_in a constant where the
- * callers name one, so its short chains unroll. */
-static inline __attribute__((always_inline)) void project_qkv(const attn_self_attention *m, const float *xb,
-                                                              int64_t n, int64_t d_in, float *qkv, int64_t d_out) {
-  for (int64_t i = 0; i < n; i++) {
-    const float *xi = xb + i * d_in;
-    float *y = qkv + i * 3 * d_out;
-    linear_row_chains(xi, d_in, m->wq, m->bq, y, d_out);
-    linear_row_chains(xi, d_in, m->wk, m->bk, y + d_out, d_out);
-    linear_row_chains(xi, d_in, m->wv, m->bv, y + 2 * d_out, d_out);
+/* Widths up to which tiny_linear keeps an input row in registers. */
+#define TINY_NIN_REGS 4
+
+/* y [rows, nout] (row stride ldy) = x [rows, nin] w^T (+ b): per output
+ * linear_row_chains' FMA chain over nin from 0, then + bias (the same
+ * roundings), with the row's inputs loaded once. Inlined with nin a
+ * constant where the caller names one, so the chains unroll. */
+static inline __attribute__((always_inline)) void tiny_linear(const float *x, int64_t rows, int64_t nin,
+                                                              const attn_tensor *w, const attn_tensor *b, float *y,
+                                                              int64_t ldy, int64_t nout) {
+  const float *wd = w->data;
+  int64_t sw0 = w->stride[0], sw1 = w->stride[1];
+  for (int64_t i = 0; i < rows; i++) {
+    const float *xi = x + i * nin;
+    float *yi = y + i * ldy;
+    if (nin <= TINY_NIN_REGS) {
+      float xr[TINY_NIN_REGS];
+      for (int64_t k = 0; k < nin; k++) xr[k] = xi[k];
+      for (int64_t j = 0; j < nout; j++) {
+        const float *wj = wd + j * sw0;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < nin; k++) acc = fmaf(xr[k], wj[k * sw1], acc);
+        yi[j] = acc;
+      }
+    } else {
+      for (int64_t j = 0; j < nout; j++) {
+        const float *wj = wd + j * sw0;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < nin; k++) acc = fmaf(xi[k], wj[k * sw1], acc);
+        yi[j] = acc;
+      }
+    }
+    if (b) {
+      const float *bd = b->data;
+      int64_t sb = b->stride[0];
+      for (int64_t j = 0; j < nout; j++) yi[j] = yi[j] + bd[j * sb];
+    }
+  }
+}
+
+/* tiny_linear with the widths of the notebooks (1 to 4) as constants. */
+static inline __attribute__((always_inline)) void tiny_linear_small(const float *x, int64_t rows, int64_t nin,
+                                                                    const attn_tensor *w, const attn_tensor *b,
+                                                                    float *y, int64_t ldy, int64_t nout) {
+  switch (nin) {
+    case 1: tiny_linear(x, rows, 1, w, b, y, ldy, nout); break;
+    case 2: tiny_linear(x, rows, 2, w, b, y, ldy, nout); break;
+    case 3: tiny_linear(x, rows, 3, w, b, y, ldy, nout); break;
+    case 4: tiny_linear(x, rows, 4, w, b, y, ldy, nout); break;
+    default: tiny_linear(x, rows, nin, w, b, y, ldy, nout);
   }
 }
 
@@ -189,8 +229,8 @@ static inline __attribute__((always_inline)) void causal_heads(const float *qkv,
 /* forward_tiny for the causal triangle without dropout (the notebooks'
  * calls): the same arithmetic as forward_tiny, with the heads addressed in
  * qkv directly instead of through the attention core's problem and slices,
- * and the short loops of the notebooks' widths (d_in up to 4, head size up
- * to 2) unrolled: their loop overhead was most of the call. */
+ * and the short loops of the notebooks' widths (d_in and d_out up to 4, head
+ * size up to 2) unrolled: their loop overhead was most of the call. */
 ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                                                 int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
@@ -200,13 +240,9 @@ ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, co
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
     float *ob = out->data + b * n * d_out;
-    switch (d_in) {
-      case 1: project_qkv(m, xb, n, 1, qkv, d_out); break;
-      case 2: project_qkv(m, xb, n, 2, qkv, d_out); break;
-      case 3: project_qkv(m, xb, n, 3, qkv, d_out); break;
-      case 4: project_qkv(m, xb, n, 4, qkv, d_out); break;
-      default: project_qkv(m, xb, n, d_in, qkv, d_out);
-    }
+    tiny_linear_small(xb, n, d_in, m->wq, m->bq, qkv, 3 * d_out, d_out);
+    tiny_linear_small(xb, n, d_in, m->wk, m->bk, qkv + d_out, 3 * d_out, d_out);
+    tiny_linear_small(xb, n, d_in, m->wv, m->bv, qkv + 2 * d_out, 3 * d_out, d_out);
     float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
     switch (hd) {
       case 1: causal_heads(qkv, c, n, h, 1, d_out, scale, s, qs); break;
@@ -214,7 +250,7 @@ ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, co
       default: causal_heads(qkv, c, n, h, hd, d_out, scale, s, qs);
     }
     if (m->wo)
-      for (int64_t i = 0; i < n; i++) linear_row_chains(ctx + i * d_out, d_out, m->wo, m->bo, ob + i * d_out, d_out);
+      tiny_linear_small(ctx, n, d_out, m->wo, m->bo, ob, d_out, d_out);
   }
 }
 
