@@ -28,6 +28,7 @@
 #include "cpu.h"
 #include "sdpa_dispatch.h"
 #include "modules.h"
+#include "modules_tiny.h"
 #include "ops.h"
 #include "rng.h"
 #include "threads.h"
@@ -90,39 +91,6 @@ static int tiny_fits(int64_t nb, int64_t n, int64_t d_in, int64_t d_out, int has
   return macs <= TINY_MACS;
 }
 
-/* attn_softmax_dropout_row (src/core/attention.c) without dropout, inlined
- * for the short rows of the tiny path: the same operations in the same
- * order, so the same bits (the max is exact in any order; a NaN row takes
- * the first NaN, as row_max does), without its calls and 8-lane max. It
- * leaves s[j] = exp(s[j] - max) for j < the returned count of keys that get
- * a weight (the rest get 0), and the factor 1 / sum that makes the weights
- * s[j] * *inv; 0 when every key is hidden (every weight 0, the output
- * zeros). */
-static inline __attribute__((always_inline)) int64_t softmax_short_row(float *s, int64_t lk, float *inv) {
-  int64_t visible = lk;
-  while (visible > 0 && s[visible - 1] == -INFINITY) visible--;
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < visible; j++) {
-    float v = s[j];
-    if (v != v) {
-      mx = v;
-      visible = lk; /* NaN everywhere, the hidden keys' too */
-      break;
-    }
-    mx = v > mx ? v : mx;
-  }
-  if (mx == -INFINITY) return 0; /* every key hidden (or no key): zeros, not NaN */
-  double sum = 0.0;
-  for (int64_t j = 0; j < visible; j++) {
-    /* exp(0) = 1 exactly: the row's maximum needs no call */
-    float e = s[j] - mx, x = s[j] == -INFINITY && mx == mx ? 0.0f : e == 0.0f ? 1.0f : expf(e);
-    s[j] = x;
-    sum += (double)x;
-  }
-  *inv = (float)(1.0 / sum);
-  return visible;
-}
-
 /* Widths up to which tiny_linear keeps an input row in registers. */
 #define TINY_NIN_REGS 4
 
@@ -140,10 +108,12 @@ static inline __attribute__((always_inline)) void tiny_linear(const float *x, in
     float *yi = y + i * ldy;
     if (nin <= TINY_NIN_REGS) {
       float xr[TINY_NIN_REGS];
+      #pragma GCC unroll 4
       for (int64_t k = 0; k < nin; k++) xr[k] = xi[k];
       for (int64_t j = 0; j < nout; j++) {
         const float *wj = wd + j * sw0;
         float acc = 0.0f;
+        #pragma GCC unroll 4
         for (int64_t k = 0; k < nin; k++) acc = fmaf(xr[k], wj[k * sw1], acc);
         yi[j] = acc;
       }
@@ -182,7 +152,7 @@ static inline __attribute__((always_inline)) void tiny_linear_small(const float 
 /* The causal attention of every head of one batch item: qkv [n, 3 d_out]
  * (heads of hd side by side in each third) -> c [n, d_out]; s [n], qs [hd]
  * scratch. Row i sees keys 0..i: q scaled in float32, FMA chains for the
- * scores, softmax_short_row, then each output an FMA chain over every key
+ * scores, attn_softmax_short_row, then each output an FMA chain over every key
  * in order (weights fl(e_j / sum), 0 for the keys not seen, so a NaN or inf
  * in their v spreads as in the math kernel): forward_tiny's bits. Inlined
  * with hd a constant where the caller names one. */
@@ -193,15 +163,17 @@ static inline __attribute__((always_inline)) void causal_heads(const float *qkv,
   for (int64_t hh = 0; hh < h; hh++) {
     const float *q = qkv + hh * hd, *k = q + d_out, *v = q + 2 * d_out;
     for (int64_t i = 0; i < n; i++) {
+      #pragma GCC unroll 4
       for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
       for (int64_t j = 0; j <= i; j++) {
         const float *kj = k + j * w3;
         float acc = 0.0f;
+        #pragma GCC unroll 4
         for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
         s[j] = acc;
       }
       float inv = 0.0f;
-      int64_t weighted = softmax_short_row(s, i + 1, &inv);
+      int64_t weighted = attn_softmax_short_row(s, i + 1, &inv);
       float *ci = c + i * d_out + hh * hd;
       if (weighted == 0) { /* zeros, as the math kernel gives, even where v holds NaN */
         for (int64_t d = 0; d < hd; d++) ci[d] = 0.0f;
@@ -210,16 +182,20 @@ static inline __attribute__((always_inline)) void causal_heads(const float *qkv,
       for (int64_t d0 = 0; d0 < hd; d0 += TINY_HD_CHUNK) {
         int64_t nd = hd - d0 < TINY_HD_CHUNK ? hd - d0 : TINY_HD_CHUNK;
         float acc[TINY_HD_CHUNK];
+        #pragma GCC unroll 4
         for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
         for (int64_t j = 0; j < weighted; j++) {
           float w = s[j] * inv;
           const float *vj = v + j * w3 + d0;
+          #pragma GCC unroll 4
           for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(w, vj[d], acc[d]);
         }
         for (int64_t j = weighted; j < n; j++) {
           const float *vj = v + j * w3 + d0;
+          #pragma GCC unroll 4
           for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(0.0f, vj[d], acc[d]);
         }
+        #pragma GCC unroll 4
         for (int64_t d = 0; d < nd; d++) ci[d0 + d] = acc[d];
       }
     }
@@ -286,7 +262,8 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         for (int64_t j = vis.begin; j < vis.end; j++) {
           const float *kj = sl.k + j * sk;
           float acc = 0.0f;
-          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+          #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
         if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);

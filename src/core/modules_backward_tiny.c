@@ -31,6 +31,7 @@
 
 #include "attention.h"
 #include "modules_backward.h"
+#include "modules_tiny.h"
 #include "rng.h"
 #include "sdpa_common.h"
 
@@ -111,8 +112,187 @@ static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, in
   attn_sdpa_modify_tile(pr, sl, i, 1, 0, n, s, 0, 1);
 }
 
+/* ---- the causal calls without dropout (the notebooks'): the loops above
+ * with every row's probabilities computed once, the short loops of the
+ * notebooks' widths unrolled, and each sum in the same order as above, so
+ * the same bits. */
+
+/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p [h, n, n]; hidden [h, n]; qs [hd] */
+static int64_t causal_scratch_floats(int64_t n, int64_t d_out, int64_t h) {
+  return 6 * n * d_out + h * n * n + h * n + d_out;
+}
+
+/* linear_rows, inlined with nin a constant where the caller names one */
+static inline __attribute__((always_inline)) void linear_rows_inline(const float *x, int64_t n, int64_t nin,
+                                                                     const attn_tensor *w, const attn_tensor *b,
+                                                                     float *y, int64_t ldy, int64_t nout) {
+  const float *wd = w->data;
+  int64_t sw0 = w->stride[0], sw1 = w->stride[1];
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < nout; j++) {
+      float acc = 0.0f;
+      #pragma GCC unroll 4
+      for (int64_t k = 0; k < nin; k++) acc += x[i * nin + k] * wd[j * sw0 + k * sw1];
+      y[i * ldy + j] = b ? acc + b->data[j * b->stride[0]] : acc;
+    }
+}
+
+/* accumulate_param_grads, inlined likewise */
+static inline __attribute__((always_inline)) void param_grads_inline(const float *d, int64_t ldd, const float *x,
+                                                                     int64_t n, int64_t nout, int64_t nin,
+                                                                     attn_tensor *dw, attn_tensor *db) {
+  if (dw)
+    for (int64_t j = 0; j < nout; j++)
+      for (int64_t k = 0; k < nin; k++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j] * x[i * nin + k];
+        dw->data[j * nin + k] += acc;
+      }
+  if (db)
+    for (int64_t j = 0; j < nout; j++) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j];
+      db->data[j] += acc;
+    }
+}
+
+/* The probabilities p [h, n, n] of every head's rows (score_row, then the
+ * softmax without dropout: zeros after the visible keys, a row that sees
+ * none all zeros, hidden[hh n + i] = 1) from qkv [n, 3D]; qs [hd] scratch. */
+static inline __attribute__((always_inline)) void causal_probs(const float *qkv, int64_t n, int64_t h, int64_t hd,
+                                                               int64_t dd, float scale, float *p, float *hidden,
+                                                               float *qs) {
+  int64_t w3 = 3 * dd;
+  for (int64_t hh = 0; hh < h; hh++) {
+    const float *q = qkv + hh * hd, *k = q + dd;
+    for (int64_t i = 0; i < n; i++) {
+      float *pi = p + (hh * n + i) * n;
+      #pragma GCC unroll 4
+      for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
+      for (int64_t j = 0; j <= i; j++) {
+        float acc = 0.0f;
+        #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) acc += qs[d] * k[j * w3 + d];
+        pi[j] = acc;
+      }
+      for (int64_t j = i + 1; j < n; j++) pi[j] = -INFINITY; /* causal: hidden */
+      float inv = 0.0f;
+      int64_t weighted = attn_softmax_short_row(pi, n, &inv);
+      for (int64_t j = 0; j < weighted; j++) pi[j] *= inv;
+      for (int64_t j = weighted; j < n; j++) pi[j] = 0.0f;
+      hidden[hh * n + i] = weighted == 0 ? 1.0f : 0.0f;
+    }
+  }
+}
+
+/* The attention's backward for every head of one batch item, from its
+ * probabilities p and dC [n, D] (row stride D) into dqkv [n, 3D]. */
+static inline __attribute__((always_inline)) void causal_heads_backward(const float *qkv, const float *p,
+                                                                        const float *dcb, int64_t n, int64_t h,
+                                                                        int64_t hd, int64_t dd, float scale,
+                                                                        float *dqkv, float *qs) {
+  int64_t w3 = 3 * dd;
+  for (int64_t hh = 0; hh < h; hh++) {
+    int64_t col = hh * hd;
+    const float *q = qkv + col, *k = q + dd, *v = q + 2 * dd;
+    float *dq = dqkv + col, *dk = dq + dd, *dv = dq + 2 * dd;
+    for (int64_t i = 0; i < n; i++) {
+      const float *pi = p + (hh * n + i) * n, *dci = dcb + i * dd + col;
+      #pragma GCC unroll 4
+      for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
+      /* Dl_i = dC_i . O_i, O_i = P_i V (over every key, as the general loop) */
+      float dl = 0.0f;
+      #pragma GCC unroll 4
+      for (int64_t d = 0; d < hd; d++) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < n; j++) o += pi[j] * v[j * w3 + d];
+        dl += dci[d] * o;
+      }
+      /* dS_ij = P_ij (dW_ij - Dl_i), dW_ij = dC_i . V_j; dV_j += P_ij dC_i */
+      for (int64_t j = 0; j < n; j++) {
+        float pij = pi[j];
+        if (pij == 0.0f) continue; /* hidden, or underflowed: no term */
+        const float *vj = v + j * w3, *kj = k + j * w3;
+        float dw = 0.0f;
+        #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
+        float ds = pij * (dw * 1.0f - dl);
+        float *dvj = dv + j * w3, *dkj = dk + j * w3, *dqi = dq + i * w3;
+        #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) {
+          dvj[d] += pij * dci[d];
+          dqi[d] += scale * (ds * kj[d]);
+          dkj[d] += ds * qs[d];
+        }
+      }
+    }
+  }
+}
+
+/* One batch item of the causal backward, with d_in and hd as the caller gives them. */
+static inline __attribute__((always_inline)) void causal_item(const attn_self_attention *m, const float *xb,
+                                                              const float *db_out, float *dxb, int64_t n,
+                                                              int64_t d_in, int64_t dd, int64_t hd, float *buf,
+                                                              const attn_self_attention_grads *g) {
+  int64_t h = m->heads, w3 = 3 * dd;
+  float *qkv = buf, *dqkv = qkv + n * w3, *c = dqkv + n * w3, *dc = c + n * dd, *p = dc + n * dd,
+        *hidden = p + h * n * n, *qs = hidden + h * n;
+  linear_rows_inline(xb, n, d_in, m->wq, m->bq, qkv, w3, dd);
+  linear_rows_inline(xb, n, d_in, m->wk, m->bk, qkv + dd, w3, dd);
+  linear_rows_inline(xb, n, d_in, m->wv, m->bv, qkv + 2 * dd, w3, dd);
+  for (int64_t e = 0; e < n * w3; e++) dqkv[e] = 0.0f;
+  causal_probs(qkv, n, h, hd, dd, m->scale, p, hidden, qs);
+  const float *dcb = db_out;
+  if (m->wo) { /* C, then out_proj's backward */
+    for (int64_t hh = 0; hh < h; hh++)
+      for (int64_t i = 0; i < n; i++) {
+        const float *pi = p + (hh * n + i) * n, *v = qkv + 2 * dd + hh * hd;
+        float *ci = c + i * dd + hh * hd;
+        int row_hidden = hidden[hh * n + i] != 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+          float acc = 0.0f;
+          if (!row_hidden)
+            for (int64_t j = 0; j < n; j++) acc += pi[j] * v[j * w3 + d];
+          ci[d] = acc;
+        }
+      }
+    param_grads_inline(db_out, dd, c, n, dd, dd, g->dwo, g->dbo);
+    input_grad(db_out, dd, n, dd, m->wo, dc, dd, 0);
+    dcb = dc;
+  }
+  causal_heads_backward(qkv, p, dcb, n, h, hd, dd, m->scale, dqkv, qs);
+  attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
+  const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
+  for (int i = 0; i < 3; i++) {
+    param_grads_inline(dqkv + i * dd, w3, xb, n, dd, d_in, dws[i], dbs[i]);
+    if (dxb) input_grad(dqkv + i * dd, w3, n, dd, ws[i], dxb, d_in, i > 0);
+  }
+}
+
+static void backward_tiny_causal(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                 const attn_self_attention_grads *g) {
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
+  int64_t dd = m->wq->size[0], hd = dd / m->heads;
+  float buf[TINY_BWD_FLOATS];
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x->data + b * n * d_in, *db_out = dout->data + b * n * dd;
+    float *dxb = g->dx ? g->dx->data + b * n * d_in : NULL;
+    /* the notebooks' widths as constants: their short loops unroll */
+    if (d_in == 3 && hd == 2) causal_item(m, xb, db_out, dxb, n, 3, dd, 2, buf, g);
+    else if (d_in == 3 && hd == 1) causal_item(m, xb, db_out, dxb, n, 3, dd, 1, buf, g);
+    else causal_item(m, xb, db_out, dxb, n, d_in, dd, hd, buf, g);
+  }
+}
+
 void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
                                        const attn_self_attention_grads *g) {
+  if (!m->mask && m->dropout_p == 0.0 &&
+      causal_scratch_floats(x->size[1], m->wq->size[0], m->heads) <= TINY_BWD_FLOATS) {
+    attn_tensor *all[8] = {g->dwq, g->dwk, g->dwv, g->dbq, g->dbk, g->dbv, g->dwo, g->dbo};
+    for (int i = 0; i < 8; i++) zero(all[i]);
+    backward_tiny_causal(m, x, dout, g);
+    return;
+  }
   int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
   int64_t dd = m->wq->size[0], h = m->heads, hd = dd / h, w3 = 3 * dd;
   float buf[TINY_BWD_FLOATS];
@@ -182,7 +362,8 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
           if (pi[j] == 0.0f) continue; /* hidden, or underflowed: no term */
           const float *vj = sl.v + j * sv, *kj = sl.k + j * sk;
           float dw = 0.0f;
-          for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
+          #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
           float fj = m->dropout_p > 0.0 ? f[j] : 1.0f;
           float ds = pi[j] * (dw * fj - dl);
           float *dvj = dqkv + j * w3 + 2 * dd + col, *dkj = dqkv + j * w3 + dd + col;
