@@ -186,21 +186,23 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
 }
 
 /* attention_backward(x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask,
- *                    dout, draw[, qkv, o, c, saved, kernel])
+ *                    dout, draw[, qkv, o, c, saved, kernel[, want_dx]])
  *   the arguments of an attention_forward call that ran (draw: the second result of
  *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape;
- *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed)
+ *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed);
+ *   want_dx false: x's gradient is neither computed nor returned (x does not require grad)
  * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
- *    parameter (nil for a parameter the module lacks). */
+ *    parameter (nil for a parameter the module lacks, and dx nil when not wanted). */
 static int l_attention_backward(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
-  attnL_check_nargs(L, 23, BWD);
+  attnL_check_nargs(L, 24, BWD);
   int with_state = !lua_isnoneornil(L, 19);
+  int want_dx = lua_isnoneornil(L, 24) || lua_toboolean(L, 24);
   if (!read_module(L, &m, &mask_corner))
     attnL_error(L, BWD, "arguments 1 to 16 are not those of a call attention_forward runs");
   attn_tensor *dout = attnL_check(L, 17, BWD, "dout");
-  attn_tensor *x = attnL_test(L, 1);
+  attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
   if (m.dropout_p > 0.0) { /* the forward's draw over the weights [B, heads, n, n] */
     int64_t nbn = attn_sizes_product(x->ndim - 1, x->size), n_ = x->size[x->ndim - 2], numel;
     if (__builtin_mul_overflow(nbn, m.heads * n_, &numel)) numel = -1;
@@ -224,9 +226,15 @@ static int l_attention_backward(lua_State *L) {
   int64_t s3[3] = {nb, n, d_in}, o3[3] = {nb, n, d_out};
   attn_tensor x3 = attn_make(x->data, 3, s3), dout3 = attn_make(dout->data, 3, o3);
   attn_self_attention_grads g;
-  attn_tensor *dx = attnL_push_uninit(L, nd, x->size, BWD);
-  attn_tensor dx3 = attn_make(dx->data, 3, s3);
-  g.dx = &dx3;
+  attn_tensor dx3;
+  g.dx = NULL;
+  if (want_dx) {
+    attn_tensor *dx = attnL_push_uninit(L, nd, x->size, BWD);
+    dx3 = attn_make(dx->data, 3, s3);
+    g.dx = &dx3;
+  } else {
+    lua_pushnil(L);
+  }
   /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
   const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
   attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};

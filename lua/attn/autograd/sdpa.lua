@@ -255,10 +255,11 @@ M.fused_attention = autograd.Function{
     if a then
       x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask = table.unpack(a, 1, 16)
     end
-    local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
-      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel)
-    -- one gradient per tensor input: x, then the parameters present (the mask has none)
+    -- x's gradient only when x requires grad (the notebooks' x is data)
     local need = ctx.needs_input_grad
+    local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
+      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true)
+    -- one gradient per tensor input: x, then the parameters present (the mask has none)
     local grads, k = { need[1] and dx or nil }, 1
     if wq ~= nil then k = k + 1; grads[k] = need[k] and dwq or nil end
     if bq ~= nil then k = k + 1; grads[k] = need[k] and dbq or nil end
