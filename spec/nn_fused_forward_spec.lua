@@ -71,6 +71,28 @@ describe("attn.nn fused forward", function()
     end)
   end
 
+  it("the causal tiny path: NaN, inf and huge inputs give the bits of the module path", function()
+    -- the lean loop of the notebooks' calls (no mask, no dropout) spreads a NaN or inf of a key it
+    -- does not weigh as the math kernel does, and gives a row that sees no finite score its zeros
+    local makes = {
+      function() return nn.CausalAttention(3, 2, 6, 0.0) end,
+      function() return nn.MultiHeadAttention(3, 2, 6, 0.0, 2) end,
+      function() return nn.MultiHeadAttention(5, 6, 8, 0.0, 3, {qkv_bias = true}) end,
+      function() return nn.CausalAttention(5, 4, 8, 0.0, {qkv_bias = true}) end,
+    }
+    for i, make in ipairs(makes) do
+      attn.manual_seed(30 + i)
+      local m = make():eval()
+      for variant = 1, 3 do
+        local x = attn.randn(2, 6, m.d_in) * 3
+        if variant == 1 then x[{1, 2, 1}] = 0 / 0 end
+        if variant == 2 then x[{2, 4, 1}], x[{1, 1, 2}] = math.huge, -math.huge end
+        if variant == 3 then x = x * 1e6 end
+        assert_same_bits(m(x), m:forward_modules(x), ("module %d, input %d"):format(i, variant))
+      end
+    end
+  end)
+
   it("a non-contiguous input gives the bits of its contiguous copy", function()
     attn.manual_seed(7)
     local m = nn.MultiHeadAttention(4, 4, 8, 0.0, 2)
