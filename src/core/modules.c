@@ -262,8 +262,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         for (int64_t j = vis.begin; j < vis.end; j++) {
           const float *kj = sl.k + j * sk;
           float acc = 0.0f;
-          #pragma GCC unroll 4
-        for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
           s[j] = acc;
         }
         if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);

@@ -362,8 +362,7 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
           if (pi[j] == 0.0f) continue; /* hidden, or underflowed: no term */
           const float *vj = sl.v + j * sv, *kj = sl.k + j * sk;
           float dw = 0.0f;
-          #pragma GCC unroll 4
-        for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
+          for (int64_t d = 0; d < hd; d++) dw += dci[d] * vj[d];
           float fj = m->dropout_p > 0.0 ? f[j] : 1.0f;
           float ds = pi[j] * (dw * fj - dl);
           float *dvj = dqkv + j * w3 + 2 * dd + col, *dkj = dqkv + j * w3 + dd + col;
