@@ -10,7 +10,9 @@
  *    (max-subtracted expf, sum in double, one reciprocal, dropout factors by
  *    element index). No BLAS call and no OpenMP region: at this size their
  *    fixed costs (and an OpenMP team waking up on a loaded machine) are the
- *    whole call.
+ *    whole call. The causal calls without dropout (the notebooks') run the
+ *    same arithmetic as one lean loop (forward_tiny_causal), whose call
+ *    overheads were most of the time.
  *  - everything else: one sgemm per projection (the heads are strided views
  *    of its output, no copy), the attention kernel that kernel = "auto"
  *    picks (attn_sdpa_run: the core's one choice), one transpose of the
