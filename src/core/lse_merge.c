@@ -52,8 +52,9 @@ attn_status attn_lse_merge(attn_tensor *out, attn_tensor *lse, const attn_tensor
   int fits = nd >= 2 && attn_same_shape(out, o) && lse->ndim == nd - 1 && attn_same_shape(lse, l);
   for (int d = 0; fits && d < nd - 1; d++) fits = lse->size[d] == out->size[d];
   if (!fits)
-    return attn_fail(ATTN_ESHAPE, "expected out, o [..., n, E] and lse, l [..., n] of the same sizes, got out %s, lse %s, "
-                     "o %s, l %s", attn_shape_str(out, b1, sizeof b1), attn_shape_str(lse, b2, sizeof b2),
+    return attn_fail(ATTN_ESHAPE,
+                     "expected out, o [..., n, E] and lse, l [..., n] of the same sizes, got out %s, lse %s, o %s, l %s",
+                     attn_shape_str(out, b1, sizeof b1), attn_shape_str(lse, b2, sizeof b2),
                      attn_shape_str(o, b3, sizeof b3), attn_shape_str(l, b4, sizeof b4));
   if (attn_has_internal_overlap(out) || attn_has_internal_overlap(lse))
     return attn_fail(ATTN_EARG, "out and lse are written in place: they must not repeat an element (an expanded dim)");
