@@ -53,7 +53,8 @@ attn_status attn_lse_merge(attn_tensor *out, attn_tensor *lse, const attn_tensor
   for (int d = 0; fits && d < nd - 1; d++) fits = lse->size[d] == out->size[d];
   if (!fits)
     return attn_fail(ATTN_ESHAPE,
-                     "expected out, o [..., n, E] and lse, l [..., n] of the same sizes, got out %s, lse %s, o %s, l %s",
+                     "expected out, o [..., n, E] and lse, l [..., n] of the same sizes, "
+                     "got out %s, lse %s, o %s, l %s",
                      attn_shape_str(out, b1, sizeof b1), attn_shape_str(lse, b2, sizeof b2),
                      attn_shape_str(o, b3, sizeof b3), attn_shape_str(l, b4, sizeof b4));
   if (attn_has_internal_overlap(out) || attn_has_internal_overlap(lse))
