@@ -36,7 +36,7 @@ static int ranges_meet(const attn_tensor *a, const attn_tensor *b) {
 }
 
 /* Offset (in elements) of the idx-th index, in row-major order, over the
- * first k dims of t. */
+ * first k dims of t (0 for k = 0). */
 static int64_t lead_offset(const attn_tensor *t, int k, int64_t idx) {
   int64_t off = 0;
   for (int d = k - 1; d >= 0; d--) {
@@ -65,28 +65,42 @@ attn_status attn_lse_merge(attn_tensor *out, attn_tensor *lse, const attn_tensor
       return attn_fail(ATTN_EARG, "out must not share memory with %s", i == 0 ? "o" : i == 1 ? "l" : "lse");
   if (ranges_meet(lse, o) || ranges_meet(lse, l))
     return attn_fail(ATTN_EARG, "lse must not share memory with %s", ranges_meet(lse, o) ? "o" : "l");
-  int64_t rows = attn_numel(lse), e = out->size[nd - 1];
+  int64_t rows = attn_numel(lse), e = out->size[nd - 1], n = lse->size[nd - 2];
   if (rows == 0) return ATTN_OK;
-  int64_t out_es = out->stride[nd - 1], o_es = o->stride[nd - 1];
-  int nthreads = attn_threads_for(rows * (e + 1) >= 32768 ? rows : 1); /* a team costs more than a small merge */
+  /* work items: blocks of ROWS rows of one [n] run, so that the division
+   * chains of the leading dims' offsets are paid once per block */
+  enum { ROWS = 64 };
+  int64_t nblocks = (n + ROWS - 1) / ROWS, items = (rows / n) * nblocks;
+  int64_t out_rs = out->stride[nd - 2], out_es = out->stride[nd - 1], o_rs = o->stride[nd - 2],
+          o_es = o->stride[nd - 1], lse_rs = lse->stride[nd - 2], l_rs = l->stride[nd - 2];
+  int nthreads = attn_threads_for(rows * (e + 1) >= 32768 ? items : 1); /* a team costs more than a small merge */
 #pragma omp parallel for num_threads(nthreads) if (nthreads > 1) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    float *lr = lse->data + lead_offset(lse, nd - 1, r);
-    float la = *lr, lb = l->data[lead_offset(l, nd - 1, r)];
-    float m = la > lb ? la : lb;
-    if (m == -INFINITY) m = 0.0f; /* neither side saw a key: no -inf - -inf */
-    float a = expf(la - m), b = expf(lb - m);
-    float s = a + b;
-    float inv = s == 0.0f ? 0.0f : 1.0f / s;
-    float wa = a * inv, wb = b * inv;
-    float *orow = out->data + lead_offset(out, nd - 1, r);
-    const float *prow = o->data + lead_offset(o, nd - 1, r);
-    if (out_es == 1 && o_es == 1) {
-      for (int64_t i = 0; i < e; i++) orow[i] = orow[i] * wa + prow[i] * wb;
-    } else {
-      for (int64_t i = 0; i < e; i++) orow[i * out_es] = orow[i * out_es] * wa + prow[i * o_es] * wb;
+  for (int64_t it = 0; it < items; it++) {
+    int64_t g = it / nblocks, r0 = (it % nblocks) * ROWS, r1 = r0 + ROWS < n ? r0 + ROWS : n;
+    float *lse_g = lse->data + lead_offset(lse, nd - 2, g);
+    const float *l_g = l->data + lead_offset(l, nd - 2, g);
+    float *out_g = out->data + lead_offset(out, nd - 2, g);
+    const float *o_g = o->data + lead_offset(o, nd - 2, g);
+    for (int64_t r = r0; r < r1; r++) {
+      float *lr = lse_g + r * lse_rs;
+      float la = *lr, lb = l_g[r * l_rs];
+      float m = la > lb ? la : lb;
+      if (m == -INFINITY) m = 0.0f; /* neither side saw a key: no -inf - -inf */
+      float a = expf(la - m), b = expf(lb - m);
+      float s = a + b;
+      float inv = s == 0.0f ? 0.0f : 1.0f / s;
+      float wa = a * inv, wb = b * inv;
+      float *orow = out_g + r * out_rs;
+      const float *prow = o_g + r * o_rs;
+      if (out_es == 1 && o_es == 1) {
+        /* out and o do not overlap (checked above) */
+#pragma omp simd
+        for (int64_t i = 0; i < e; i++) orow[i] = orow[i] * wa + prow[i] * wb;
+      } else {
+        for (int64_t i = 0; i < e; i++) orow[i * out_es] = orow[i * out_es] * wa + prow[i * o_es] * wb;
+      }
+      *lr = m + logf(s);
     }
-    *lr = m + logf(s);
   }
   return ATTN_OK;
 }
