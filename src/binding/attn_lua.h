@@ -120,6 +120,8 @@ void attnL_open_tensor(lua_State *L);
 void attnL_open_math(lua_State *L);
 void attnL_open_attention(lua_State *L);
 void attnL_open_rope(lua_State *L);
+/* attn.core._lse_merge: ring attention's log-sum-exp merge (lua_lse_merge.c). */
+void attnL_open_lse_merge(lua_State *L);
 void attnL_open_rng(lua_State *L);
 /* This Lua state's random generator (torch's default CPU generator): one per
  * state, kept in the registry and created by luaopen, shared by the state's

@@ -39,6 +39,7 @@ int luaopen_attn_core(lua_State *L) {
   attnL_open_math(L);
   attnL_open_attention(L);
   attnL_open_rope(L);
+  attnL_open_lse_merge(L);
   attnL_open_rng(L);
   attnL_open_sampling(L);
   attnL_open_io(L);

@@ -228,15 +228,11 @@ end
 -- Merge a partial result (o, l) into the running one (acc_o, acc_l), rows
 -- in place: lse = logsumexp(acc_l, l), out = (e^(acc_l - lse) acc_o + e^(l -
 -- lse) o). Rows with no visible key on either side stay zero with lse -inf
--- (the max is taken as 0 there, so no -inf - -inf).
+-- (the max is taken as 0 there, so no -inf - -inf). One pass in C
+-- (src/core/lse_merge.c): the same arithmetic as the tensor ops it stands
+-- for, without their dozen temporaries.
 local function merge_into(acc_o, acc_l, o, l)
-  local m = attn.where(acc_l:gt(l), acc_l, l)
-  m = attn.where(m:eq(NEG_INF), 0, m)
-  local a, b = (acc_l - m):exp(), (l - m):exp()
-  local s = a + b
-  local inv = attn.where(s:eq(0), 0, 1 / attn.where(s:eq(0), 1, s))
-  acc_o:copy_(acc_o * (a * inv):unsqueeze(-1) + o * (b * inv):unsqueeze(-1))
-  acc_l:copy_(m + s:log())
+  core._lse_merge(acc_o, acc_l, o, l)
 end
 
 -- The forward on this rank: its output chunk and log-sum-exp.
@@ -254,23 +250,28 @@ local function forward(plan, q, k, v)
       opts.is_causal = b.causal
       local o, l = attn.scaled_dot_product_attention(q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl),
         vc:narrow(-2, b.ka + 1, b.kl), opts)
-      if out == nil then
-        local os = o:size()
-        os[#os - 1] = plan.qlens[r]
-        out = attn.zeros(os)
-        local ls = { table.unpack(os, 1, #os - 1) }
-        lse = attn.full(ls, NEG_INF)
-      end
       local fresh = true
       for i = b.qa, b.qa + b.ql - 1 do
         if written[i] then fresh = false end
         written[i] = true
       end
-      if fresh then -- the rows' first partial is their result so far: no merge
-        out:narrow(-2, b.qa + 1, b.ql):copy_(o)
-        lse:narrow(-1, b.qa + 1, b.ql):copy_(l)
+      if out == nil and b.ql == plan.qlens[r] then
+        -- the first partial covers every row: it is the result so far (fresh tensors of the call's own)
+        out, lse = o, l
       else
-        merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
+        if out == nil then
+          local os = o:size()
+          os[#os - 1] = plan.qlens[r]
+          out = attn.zeros(os)
+          local ls = { table.unpack(os, 1, #os - 1) }
+          lse = attn.full(ls, NEG_INF)
+        end
+        if fresh then -- the rows' first partial is their result so far: no merge
+          out:narrow(-2, b.qa + 1, b.ql):copy_(o)
+          lse:narrow(-1, b.qa + 1, b.ql):copy_(l)
+        else
+          merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
+        end
       end
     end
     if reqs then wait_all(reqs); kc, vc = nk, nv end

@@ -1,0 +1,20 @@
+/* The merge of two partial attention results over disjoint sets of keys by
+ * their log-sum-exp: ring attention's step (lua/attn/dist/ring.lua), which
+ * attends the same queries to one chunk of keys at a time. */
+#ifndef ATTN_LSE_MERGE_H
+#define ATTN_LSE_MERGE_H
+
+#include "tensor.h"
+
+/* out, o [..., n, E]; lse, l [..., n] (the same leading sizes), any strides.
+ * In place, every row independently (m, a, b, s in float32):
+ *   m = max(lse, l) (l when either is NaN), 0 where that is -inf;
+ *   a = e^(lse - m), b = e^(l - m), s = a + b, inv = 1 / s (0 where s = 0);
+ *   out = out * (a inv) + o * (b inv), lse = m + log s.
+ * A row where neither side saw a key (both lse -inf) keeps out * 0 with lse
+ * -inf, never NaN. out and lse are written, so neither may share memory with
+ * any of the four (checked by address range; ATTN_EARG) nor repeat an element
+ * (an expanded dim). ATTN_ESHAPE when the shapes do not fit. */
+attn_status attn_lse_merge(attn_tensor *out, attn_tensor *lse, const attn_tensor *o, const attn_tensor *l);
+
+#endif
