@@ -25,6 +25,12 @@ typedef struct attn_flash_kernels {
    * else overwrite it. The order of every sum is fixed by (kn, rows_p, n). */
   void (*gemm_t)(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
                  int64_t n, float *c, int64_t ldc, int accumulate);
+  /* gemm_t with C [c * ldc + r] = rs[r] C[c * ldc + r] + sum (the product
+   * rounded, then the sum added: the bits of scaling C first, then calling
+   * gemm_t with accumulate = 1), for r < rows_p: the flash forward's update
+   * of its output rows, fused into the product's stores. */
+  void (*gemm_t_rescale)(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk,
+                         int64_t bsc, int64_t n, float *c, int64_t ldc, const float *rs);
   /* One online-softmax step of 16 query rows over bk keys: st [bk][ld] holds
    * their scores (row r at st[j * ld + r]); m and l are the rows' running max
    * and sum. On return st holds p = exp(s - m') / l' (already divided by the

@@ -114,11 +114,7 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
     }
   }
   /* Ot = a Ot + V_blk^T Pt (a = exp(m - m') l / l', Pt already divided by l') */
-  for (int64_t d = 0; d < ev; d++) {
-    float *od = t->ot + d * BQ;
-    for (int64_t i = g0; i < g0 + n_p; i++) od[i] *= t->a[i];
-  }
-  c->kr->gemm_t(st + g0, BQ, kn, n_p, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, 1);
+  c->kr->gemm_t_rescale(st + g0, BQ, kn, n_p, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, t->a + g0);
 }
 
 /* Work item `item` with the calling thread's scratch block w. */

@@ -17,66 +17,103 @@
 
 #include "cpu.h"
 
-#define NR 12
+/* Columns of a tile of nv vectors (16 rows each): 24 accumulators where
+ * they fit (4 x 6, 3 x 8, 2 x 12), 12 for one vector. */
+#define NR_MAX 12
+#define NR_OF(nv) ((nv) == 4 ? 6 : (nv) == 3 ? 8 : 12)
 
-/* nv (1 or 2) vectors of 16 rows x nc (<= NR) columns; always inlined with
- * constant nv and nc, so the accumulators stay in registers. */
+/* How a tile leaves its sums in C: overwrite, add, or C = rs C + sum (the
+ * rescale of the output so far, then the block's sum: rs per row). */
+enum { STORE, ADD, RESCALE_ADD };
+
+/* nv (1 to 4) vectors of 16 rows x nc (<= NR_OF(nv)) columns; always inlined
+ * with constant nv, nc and mode, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(int nv, const float *a, int64_t lda, int64_t kn, const float *b,
                                                        int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
-                                                       int accumulate) {
-  __m512 lo[NR], hi[NR];
+                                                       int mode, const float *rs) {
+  __m512 acc[4][NR_MAX];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++)
 #pragma GCC unroll 12
-  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm512_setzero_ps();
+    for (int j = 0; j < NR_MAX; j++) acc[v][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kn; k++) {
-    __m512 a0 = _mm512_loadu_ps(a + k * lda);
-    __m512 a1 = nv > 1 ? _mm512_loadu_ps(a + k * lda + 16) : a0;
+    __m512 av[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) av[v] = v < nv ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
     const float *bk = b + k * bsk;
 #pragma GCC unroll 12
-    for (int j = 0; j < NR; j++) {
+    for (int j = 0; j < NR_MAX; j++) {
       if (j >= nc) break;
       __m512 bv = _mm512_set1_ps(bk[j * bsc]);
-      lo[j] = _mm512_fmadd_ps(a0, bv, lo[j]);
-      if (nv > 1) hi[j] = _mm512_fmadd_ps(a1, bv, hi[j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++)
+        if (v < nv) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
     }
   }
+  __m512 sv[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) sv[v] = mode == RESCALE_ADD && v < nv ? _mm512_loadu_ps(rs + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 12
-  for (int j = 0; j < NR; j++) {
+  for (int j = 0; j < NR_MAX; j++) {
     if (j >= nc) break;
     float *cj = c + j * ldc;
-    if (accumulate) lo[j] = _mm512_add_ps(_mm512_loadu_ps(cj), lo[j]);
-    _mm512_storeu_ps(cj, lo[j]);
-    if (nv > 1) {
-      if (accumulate) hi[j] = _mm512_add_ps(_mm512_loadu_ps(cj + 16), hi[j]);
-      _mm512_storeu_ps(cj + 16, hi[j]);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      __m512 x = acc[v][j];
+      if (mode == ADD) x = _mm512_add_ps(_mm512_loadu_ps(cj + 16 * v), x);
+      if (mode == RESCALE_ADD) x = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(cj + 16 * v), sv[v]), x);
+      _mm512_storeu_ps(cj + 16 * v, x);
     }
   }
 }
 
-/* One column block of nc columns over every row: 32-row tiles, then a
- * 16-row one when rows_p is an odd multiple of 16. */
-static inline __attribute__((always_inline)) void column_block(const float *a, int64_t lda, int64_t kn,
-                                                               int64_t rows_p, const float *b, int64_t bsk,
-                                                               int64_t bsc, int nc, float *c, int64_t ldc,
-                                                               int accumulate) {
-  int64_t r = 0;
-  for (; r + 32 <= rows_p; r += 32) tile(2, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
-  if (r < rows_p) tile(1, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
-}
-
-static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
-                   int64_t n, float *c, int64_t ldc, int accumulate) {
+/* Every column of nv vectors of rows: tiles of NR_OF(nv) columns, then one
+ * tail tile of a constant width. */
+static inline __attribute__((always_inline)) void columns(int nv, const float *a, int64_t lda, int64_t kn,
+                                                          const float *b, int64_t bsk, int64_t bsc, int64_t n,
+                                                          float *c, int64_t ldc, int mode, const float *rs) {
+  const int w = NR_OF(nv);
   int64_t j = 0;
-  for (; j + NR <= n; j += NR) column_block(a, lda, kn, rows_p, b + j * bsc, bsk, bsc, NR, c + j * ldc, ldc, accumulate);
+  for (; j + w <= n; j += w) tile(nv, a, lda, kn, b + j * bsc, bsk, bsc, w, c + j * ldc, ldc, mode, rs);
   if (j == n) return;
   const float *bj = b + j * bsc;
   float *cj = c + j * ldc;
   switch ((int)(n - j)) { /* a constant nc for each tail width */
-#define TAIL(w) \
-  case w: column_block(a, lda, kn, rows_p, bj, bsk, bsc, w, cj, ldc, accumulate); break;
-    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10)
-  default: column_block(a, lda, kn, rows_p, bj, bsk, bsc, 11, cj, ldc, accumulate); break;
+#define TAIL(t) \
+  case t: if (t < w) tile(nv, a, lda, kn, bj, bsk, bsc, t, cj, ldc, mode, rs); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
 #undef TAIL
+  default: break;
   }
+}
+
+/* The whole product: 64 rows at a time (one tile spans them), then the 48,
+ * 32 or 16 rows left. */
+static inline __attribute__((always_inline)) void gemm_any(const float *a, int64_t lda, int64_t kn, int64_t rows_p,
+                                                           const float *b, int64_t bsk, int64_t bsc, int64_t n,
+                                                           float *c, int64_t ldc, int mode, const float *rs) {
+  int64_t r = 0;
+  for (; r + 64 <= rows_p; r += 64) columns(4, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs);
+  switch ((int)(rows_p - r) / 16) {
+  case 3: columns(3, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  case 2: columns(2, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  case 1: columns(1, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  default: break;
+  }
+}
+
+static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
+                   int64_t n, float *c, int64_t ldc, int accumulate) {
+  if (accumulate)
+    gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, ADD, NULL);
+  else
+    gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, STORE, NULL);
+}
+
+static void gemm_t_rescale(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk,
+                           int64_t bsc, int64_t n, float *c, int64_t ldc, const float *rs) {
+  gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, RESCALE_ADD, rs);
 }
 
 /* e^x for x <= 0, -inf or NaN: src/core/kernels_avx2.c's exp8, 16 lanes. */
@@ -222,5 +259,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm512_storeu_ps(x + 16 * j, v[j]);
 }
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    softmax_step16,  exp_minus, rows_dot,
-                                               softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};
+const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  exp_minus,
+                                               rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};
