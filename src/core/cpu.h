@@ -39,6 +39,9 @@ typedef struct attn_flash_kernels {
    * Rows with nothing visible yet get p = 0, rescale = 0; a NaN score makes
    * its row NaN. */
   void (*softmax_step16)(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale);
+  /* softmax_step16 for rows_p (a multiple of 16) rows: each group of 16 rows
+   * gets the bits softmax_step16 gives it (a set may run groups side by side). */
+  void (*softmax_step)(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale);
   /* x[j] = exp(x[j] - m) for j < n, with the set's exponential (the flash
    * backward's probabilities from the log-sum-exp m, finite; x - m about <= 0,
    * -inf gives 0). */

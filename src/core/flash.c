@@ -106,7 +106,7 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
   int64_t i_end = g0 + n_p < t->rows ? g0 + n_p : t->rows; /* real (not padded) rows */
   /* the tile is transposed: row i at column stride BQ */
   attn_sdpa_modify_tile(p, &t->sl, r0 + g0, i_end - g0, k0, kn, st + g0, 1, BQ);
-  for (int64_t g = g0; g < g0 + n_p; g += MR) c->kr->softmax_step16(st + g, BQ, kn, t->m + g, t->l + g, t->a + g);
+  c->kr->softmax_step(st + g0, BQ, kn, n_p, t->m + g0, t->l + g0, t->a + g0);
   if (p->dropout_p > 0.0) {
     for (int64_t i = g0; i < i_end; i++) {
       attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->sl.bi * p->lq + r0 + i) * p->lk + k0, kn, t->f);

@@ -132,6 +132,11 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   _mm256_storeu_ps(m + 8, mnew1);
 }
 
+/* rows_p rows: one group of 16 after the other */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  for (int64_t r = 0; r < rows_p; r += MR) softmax_step16(st + r, ld, bk, m + r, l + r, rescale + r);
+}
+
 static void exp_minus(float *x, int64_t n, float m) {
   __m256 mv = _mm256_set1_ps(m);
   int64_t j = 0;
@@ -225,5 +230,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
 }
 
-const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,      gemm_t_rescale, softmax_step16, exp_minus,
+const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
                                              rows_dot,    softmax_row, rows_axpy,      8 * FMA_CHAINS, fma_chains};

@@ -140,34 +140,78 @@ static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
 }
 
-/* One online-softmax step of 16 rows (src/core/cpu.h), one vector. */
-static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+/* One online-softmax step of nv (1 to 4) vectors of 16 rows side by side
+ * (src/core/cpu.h): nv independent chains for the max and the sum, where one
+ * vector alone waits on the latency of each max and add; per row the same
+ * operations in the same order as one vector alone. A NaN score is found
+ * from its row's sum of exp, which it makes NaN (no other score can: exp
+ * gives 0 for -inf, and a +inf score makes its row NaN anyway), instead of
+ * by a compare per score: the row's m, l, p and rescale come out NaN. */
+static inline __attribute__((always_inline)) void softmax_nv(int nv, float *st, int64_t ld, int64_t bk, float *m,
+                                                             float *l, float *rescale) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
-  __m512 bm = ninf;
-  __mmask16 bad = 0;
+  __m512 mx[4], msub[4], sum[4], inv[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) mx[v] = msub[v] = sum[v] = inv[v] = v < nv ? ninf : zero;
   for (int64_t j = 0; j < bk; j++) {
-    __m512 s = _mm512_loadu_ps(st + j * ld);
-    bm = _mm512_max_ps(bm, s);
-    bad |= _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++)
+      if (v < nv) mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j * ld + 16 * v));
   }
-  __m512 mold = _mm512_loadu_ps(m);
-  bad |= _mm512_cmp_ps_mask(mold, mold, _CMP_UNORD_Q);
-  __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(bm, mold), bad, _mm512_set1_ps(NAN));
-  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
-  __m512 msub = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew);
-  __m512 sum = zero;
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (v >= nv) break;
+    mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(m + 16 * v)); /* a NaN m (max's second operand) stays */
+    /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
+    msub[v] = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v]);
+    sum[v] = zero;
+  }
   for (int64_t j = 0; j < bk; j++) {
-    __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(st + j * ld), msub));
-    _mm512_storeu_ps(st + j * ld, p);
-    sum = _mm512_add_ps(sum, p);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      float *sj = st + j * ld + 16 * v;
+      __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), msub[v]));
+      _mm512_storeu_ps(sj, p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
   }
-  __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l), exp16(_mm512_sub_ps(mold, msub))); /* 0 where mold = -inf */
-  __m512 lnew = _mm512_add_ps(kept, sum);
-  __m512 inv = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
-  for (int64_t j = 0; j < bk; j++) _mm512_storeu_ps(st + j * ld, _mm512_mul_ps(_mm512_loadu_ps(st + j * ld), inv));
-  _mm512_storeu_ps(rescale, _mm512_mul_ps(kept, inv));
-  _mm512_storeu_ps(l, lnew);
-  _mm512_storeu_ps(m, mnew);
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (v >= nv) break;
+    __m512 mold = _mm512_loadu_ps(m + 16 * v);
+    __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), exp16(_mm512_sub_ps(mold, msub[v]))); /* 0 where mold = -inf */
+    __m512 lnew = _mm512_add_ps(kept, sum[v]);
+    inv[v] = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
+    _mm512_storeu_ps(rescale + 16 * v, _mm512_mul_ps(kept, inv[v]));
+    _mm512_storeu_ps(l + 16 * v, lnew);
+    __mmask16 bad = _mm512_cmp_ps_mask(sum[v], sum[v], _CMP_UNORD_Q);
+    _mm512_storeu_ps(m + 16 * v, _mm512_mask_mov_ps(mx[v], bad, _mm512_set1_ps(NAN)));
+  }
+  for (int64_t j = 0; j < bk; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      float *sj = st + j * ld + 16 * v;
+      _mm512_storeu_ps(sj, _mm512_mul_ps(_mm512_loadu_ps(sj), inv[v]));
+    }
+  }
+}
+
+static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+  softmax_nv(1, st, ld, bk, m, l, rescale);
+}
+
+/* rows_p rows: 64 at a time, then the 48, 32 or 16 left */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  int64_t r = 0;
+  for (; r + 64 <= rows_p; r += 64) softmax_nv(4, st + r, ld, bk, m + r, l + r, rescale + r);
+  switch ((int)(rows_p - r) / 16) {
+  case 3: softmax_nv(3, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  case 2: softmax_nv(2, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  case 1: softmax_nv(1, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  default: break;
+  }
 }
 
 static void exp_minus(float *x, int64_t n, float m) {
@@ -259,5 +303,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm512_storeu_ps(x + 16 * j, v[j]);
 }
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  exp_minus,
+const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  softmax_step, exp_minus,
                                                rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};

@@ -62,6 +62,11 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   }
 }
 
+/* rows_p rows: one group of 16 after the other */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  for (int64_t r = 0; r < rows_p; r += MR) softmax_step16(st + r, ld, bk, m + r, l + r, rescale + r);
+}
+
 static void exp_minus(float *x, int64_t n, float m) {
   for (int64_t j = 0; j < n; j++) x[j] = expf(x[j] - m);
 }
@@ -101,5 +106,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   memcpy(x, v, sizeof v);
 }
 
-const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      gemm_t_rescale, softmax_step16, exp_minus,
+const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
                                                 rows_dot,    softmax_row, rows_axpy,      FMA_LANES,      fma_chains};
