@@ -2,12 +2,14 @@
  * is compiled with -mavx512f (and -mfma), and runs only where cpuid reports
  * AVX-512F and the OS saves its registers.
  *
- * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 32 rows
- * (two 16-float vectors; a 16-row tail uses one) and up to 12 columns of B
- * read in place by scalar broadcasts: 24 accumulators of the 32 registers,
- * 24 FMAs per 2 loads + 12 broadcasts (AVX2: 12 per 2 + 6). Each sum runs in
- * increasing k with one fused step per product, as in the AVX2 set, so the
- * two sets give the same bits for the products.
+ * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 64 rows
+ * (four 16-float vectors) and up to 6 columns of B read in place by scalar
+ * broadcasts: 24 accumulators of the 32 registers, 24 FMAs per 4 loads + 6
+ * broadcasts (AVX2: 12 per 2 + 6); 48, 32 or 16 rows take 3 x 8, 2 x 12 or
+ * 1 x 12. A flash tile's 64 rows are one micro-tile row, so A is read once
+ * per column block. Each sum runs in increasing k with one fused step per
+ * product, as in the AVX2 set, so the two sets give the same bits for the
+ * products.
  *
  * Exponential and softmax step: the AVX2 set's operations (src/core/kernels_avx2.c:
  * Cody-Waite reduction, Cephes' degree-7 polynomial, max relative error
@@ -153,7 +155,22 @@ static inline __attribute__((always_inline)) void softmax_nv(int nv, float *st, 
   __m512 mx[4], msub[4], sum[4], inv[4];
 #pragma GCC unroll 4
   for (int v = 0; v < 4; v++) mx[v] = msub[v] = sum[v] = inv[v] = v < nv ? ninf : zero;
-  for (int64_t j = 0; j < bk; j++) {
+  int64_t j0 = 0;
+  if (nv <= 2) { /* a second chain per vector over the odd keys (max is exact: any order gives its bits) */
+    __m512 mx2[2] = {ninf, ninf};
+    for (; j0 + 2 <= bk; j0 += 2) {
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; v++) {
+        if (v >= nv) break;
+        mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j0 * ld + 16 * v));
+        mx2[v] = _mm512_max_ps(mx2[v], _mm512_loadu_ps(st + (j0 + 1) * ld + 16 * v));
+      }
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++)
+      if (v < nv) mx[v] = _mm512_max_ps(mx[v], mx2[v]);
+  }
+  for (int64_t j = j0; j < bk; j++) {
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++)
       if (v < nv) mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j * ld + 16 * v));
