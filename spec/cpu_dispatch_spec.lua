@@ -35,6 +35,10 @@ local cases = {
   {name = "e1", lq = 33, lk = 513, e = 1, ev = 1},
   {name = "peaked", lq = 48, lk = 600, e = 64, ev = 12, amp = 3},
   {name = "dropout", lq = 40, lk = 280, e = 8, ev = 8, opts = {dropout_p = 0.25}},
+  -- the AVX-512 micro-tiles of 3 and 2 row vectors (a last query block of 48 or 32 rows), tails of
+  -- every width in Ev, a 1-vector softmax step over an odd key count
+  {name = "rows48", lq = 112, lk = 389, e = 24, ev = 11},
+  {name = "rows32", lq = 96, lk = 131, e = 5, ev = 13, opts = {is_causal = true}},
   -- split-K decoding, row by row (flash_decode.c): vector tails in E and Ev; 6 rows per kv head (GQA)
   {name = "decode", lq = 1, lk = 2100, e = 20, ev = 80},
   {name = "decode_gqa", lq = 2, lk = 1500, e = 64, ev = 19, hq = 6, opts = {enable_gqa = true, window = {-1, 0}}},
@@ -61,8 +65,8 @@ end
 print(attn.cpu_info().kernel)
 print("END")
 ]]
-local NAMES = {"plain", "causal", "causal_rect", "mask", "bias", "e1", "peaked", "dropout", "decode", "decode_gqa",
-  "decode_e64", "decode_gqa4", "decode_tiles"}
+local NAMES = {"plain", "causal", "causal_rect", "mask", "bias", "e1", "peaked", "dropout", "rows48", "rows32",
+  "decode", "decode_gqa", "decode_e64", "decode_gqa4", "decode_tiles"}
 
 local tmp = os.tmpname()
 os.remove(tmp)

@@ -25,6 +25,12 @@ typedef struct attn_flash_kernels {
    * else overwrite it. The order of every sum is fixed by (kn, rows_p, n). */
   void (*gemm_t)(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
                  int64_t n, float *c, int64_t ldc, int accumulate);
+  /* gemm_t with C [c * ldc + r] = rs[r] C[c * ldc + r] + sum (the product
+   * rounded, then the sum added: the bits of scaling C first, then calling
+   * gemm_t with accumulate = 1), for r < rows_p: the flash forward's update
+   * of its output rows, fused into the product's stores. */
+  void (*gemm_t_rescale)(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk,
+                         int64_t bsc, int64_t n, float *c, int64_t ldc, const float *rs);
   /* One online-softmax step of 16 query rows over bk keys: st [bk][ld] holds
    * their scores (row r at st[j * ld + r]); m and l are the rows' running max
    * and sum. On return st holds p = exp(s - m') / l' (already divided by the
@@ -33,6 +39,9 @@ typedef struct attn_flash_kernels {
    * Rows with nothing visible yet get p = 0, rescale = 0; a NaN score makes
    * its row NaN. */
   void (*softmax_step16)(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale);
+  /* softmax_step16 for rows_p (a multiple of 16) rows: each group of 16 rows
+   * gets the bits softmax_step16 gives it (a set may run groups side by side). */
+  void (*softmax_step)(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale);
   /* x[j] = exp(x[j] - m) for j < n, with the set's exponential (the flash
    * backward's probabilities from the log-sum-exp m, finite; x - m about <= 0,
    * -inf gives 0). */

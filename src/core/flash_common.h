@@ -11,12 +11,14 @@
 #include <stdint.h>
 
 /* Tile sizes: query rows per work item and keys per block. Constants, so the
- * order of every sum (and the bits of out) never depends on the thread count. */
+ * order of every sum (and the bits of out) never depends on the thread count.
+ * BK x BQ floats of scores (32 KiB) stay in a 48 KiB L1 through the softmax's
+ * passes and the P V product (src/core/flash.c). */
 #ifndef ATTN_FLASH_BQ
 #define ATTN_FLASH_BQ 64
 #endif
 #ifndef ATTN_FLASH_BK
-#define ATTN_FLASH_BK 256
+#define ATTN_FLASH_BK 128
 #endif
 
 /* Keys per split-K chunk: a constant, so the merge order (and the bits)

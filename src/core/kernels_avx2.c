@@ -26,7 +26,7 @@
 /* Always inlined with a constant nc, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(const float *a, int64_t lda, int64_t kn, const float *b,
                                                        int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
-                                                       int accumulate) {
+                                                       int accumulate, const float *rs) {
   __m256 lo[NR], hi[NR];
 #pragma GCC unroll 6
   for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm256_setzero_ps();
@@ -45,7 +45,10 @@ static inline __attribute__((always_inline)) void tile(const float *a, int64_t l
   for (int j = 0; j < NR; j++) {
     if (j >= nc) break;
     float *cj = c + j * ldc;
-    if (accumulate) {
+    if (rs) {
+      lo[j] = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(cj), _mm256_loadu_ps(rs)), lo[j]);
+      hi[j] = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(cj + 8), _mm256_loadu_ps(rs + 8)), hi[j]);
+    } else if (accumulate) {
       lo[j] = _mm256_add_ps(_mm256_loadu_ps(cj), lo[j]);
       hi[j] = _mm256_add_ps(_mm256_loadu_ps(cj + 8), hi[j]);
     }
@@ -127,6 +130,11 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
   _mm256_storeu_ps(l + 8, lnew1);
   _mm256_storeu_ps(m, mnew0);
   _mm256_storeu_ps(m + 8, mnew1);
+}
+
+/* rows_p rows: one group of 16 after the other */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  for (int64_t r = 0; r < rows_p; r += MR) softmax_step16(st + r, ld, bk, m + r, l + r, rescale + r);
 }
 
 static void exp_minus(float *x, int64_t n, float m) {
@@ -222,5 +230,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
 }
 
-const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,    softmax_step16, exp_minus, rows_dot,
-                                             softmax_row, rows_axpy, 8 * FMA_CHAINS, fma_chains};
+const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
+                                             rows_dot,    softmax_row, rows_axpy,      8 * FMA_CHAINS, fma_chains};

@@ -2,12 +2,14 @@
  * is compiled with -mavx512f (and -mfma), and runs only where cpuid reports
  * AVX-512F and the OS saves its registers.
  *
- * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 32 rows
- * (two 16-float vectors; a 16-row tail uses one) and up to 12 columns of B
- * read in place by scalar broadcasts: 24 accumulators of the 32 registers,
- * 24 FMAs per 2 loads + 12 broadcasts (AVX2: 12 per 2 + 6). Each sum runs in
- * increasing k with one fused step per product, as in the AVX2 set, so the
- * two sets give the same bits for the products.
+ * Micro-kernel: C[c][r] (+)= sum_k A[k][r] * B[k * bsk + c * bsc] for 64 rows
+ * (four 16-float vectors) and up to 6 columns of B read in place by scalar
+ * broadcasts: 24 accumulators of the 32 registers, 24 FMAs per 4 loads + 6
+ * broadcasts (AVX2: 12 per 2 + 6); 48, 32 or 16 rows take 3 x 8, 2 x 12 or
+ * 1 x 12. A flash tile's 64 rows are one micro-tile row, so A is read once
+ * per column block. Each sum runs in increasing k with one fused step per
+ * product, as in the AVX2 set, so the two sets give the same bits for the
+ * products.
  *
  * Exponential and softmax step: the AVX2 set's operations (src/core/kernels_avx2.c:
  * Cody-Waite reduction, Cephes' degree-7 polynomial, max relative error
@@ -17,66 +19,103 @@
 
 #include "cpu.h"
 
-#define NR 12
+/* Columns of a tile of nv vectors (16 rows each): 24 accumulators where
+ * they fit (4 x 6, 3 x 8, 2 x 12), 12 for one vector. */
+#define NR_MAX 12
+#define NR_OF(nv) ((nv) == 4 ? 6 : (nv) == 3 ? 8 : 12)
 
-/* nv (1 or 2) vectors of 16 rows x nc (<= NR) columns; always inlined with
- * constant nv and nc, so the accumulators stay in registers. */
+/* How a tile leaves its sums in C: overwrite, add, or C = rs C + sum (the
+ * rescale of the output so far, then the block's sum: rs per row). */
+enum { STORE, ADD, RESCALE_ADD };
+
+/* nv (1 to 4) vectors of 16 rows x nc (<= NR_OF(nv)) columns; always inlined
+ * with constant nv, nc and mode, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(int nv, const float *a, int64_t lda, int64_t kn, const float *b,
                                                        int64_t bsk, int64_t bsc, int nc, float *c, int64_t ldc,
-                                                       int accumulate) {
-  __m512 lo[NR], hi[NR];
+                                                       int mode, const float *rs) {
+  __m512 acc[4][NR_MAX];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++)
 #pragma GCC unroll 12
-  for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm512_setzero_ps();
+    for (int j = 0; j < NR_MAX; j++) acc[v][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kn; k++) {
-    __m512 a0 = _mm512_loadu_ps(a + k * lda);
-    __m512 a1 = nv > 1 ? _mm512_loadu_ps(a + k * lda + 16) : a0;
+    __m512 av[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) av[v] = v < nv ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
     const float *bk = b + k * bsk;
 #pragma GCC unroll 12
-    for (int j = 0; j < NR; j++) {
+    for (int j = 0; j < NR_MAX; j++) {
       if (j >= nc) break;
       __m512 bv = _mm512_set1_ps(bk[j * bsc]);
-      lo[j] = _mm512_fmadd_ps(a0, bv, lo[j]);
-      if (nv > 1) hi[j] = _mm512_fmadd_ps(a1, bv, hi[j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++)
+        if (v < nv) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
     }
   }
+  __m512 sv[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) sv[v] = mode == RESCALE_ADD && v < nv ? _mm512_loadu_ps(rs + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 12
-  for (int j = 0; j < NR; j++) {
+  for (int j = 0; j < NR_MAX; j++) {
     if (j >= nc) break;
     float *cj = c + j * ldc;
-    if (accumulate) lo[j] = _mm512_add_ps(_mm512_loadu_ps(cj), lo[j]);
-    _mm512_storeu_ps(cj, lo[j]);
-    if (nv > 1) {
-      if (accumulate) hi[j] = _mm512_add_ps(_mm512_loadu_ps(cj + 16), hi[j]);
-      _mm512_storeu_ps(cj + 16, hi[j]);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      __m512 x = acc[v][j];
+      if (mode == ADD) x = _mm512_add_ps(_mm512_loadu_ps(cj + 16 * v), x);
+      if (mode == RESCALE_ADD) x = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(cj + 16 * v), sv[v]), x);
+      _mm512_storeu_ps(cj + 16 * v, x);
     }
   }
 }
 
-/* One column block of nc columns over every row: 32-row tiles, then a
- * 16-row one when rows_p is an odd multiple of 16. */
-static inline __attribute__((always_inline)) void column_block(const float *a, int64_t lda, int64_t kn,
-                                                               int64_t rows_p, const float *b, int64_t bsk,
-                                                               int64_t bsc, int nc, float *c, int64_t ldc,
-                                                               int accumulate) {
-  int64_t r = 0;
-  for (; r + 32 <= rows_p; r += 32) tile(2, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
-  if (r < rows_p) tile(1, a + r, lda, kn, b, bsk, bsc, nc, c + r, ldc, accumulate);
-}
-
-static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
-                   int64_t n, float *c, int64_t ldc, int accumulate) {
+/* Every column of nv vectors of rows: tiles of NR_OF(nv) columns, then one
+ * tail tile of a constant width. */
+static inline __attribute__((always_inline)) void columns(int nv, const float *a, int64_t lda, int64_t kn,
+                                                          const float *b, int64_t bsk, int64_t bsc, int64_t n,
+                                                          float *c, int64_t ldc, int mode, const float *rs) {
+  const int w = NR_OF(nv);
   int64_t j = 0;
-  for (; j + NR <= n; j += NR) column_block(a, lda, kn, rows_p, b + j * bsc, bsk, bsc, NR, c + j * ldc, ldc, accumulate);
+  for (; j + w <= n; j += w) tile(nv, a, lda, kn, b + j * bsc, bsk, bsc, w, c + j * ldc, ldc, mode, rs);
   if (j == n) return;
   const float *bj = b + j * bsc;
   float *cj = c + j * ldc;
   switch ((int)(n - j)) { /* a constant nc for each tail width */
-#define TAIL(w) \
-  case w: column_block(a, lda, kn, rows_p, bj, bsk, bsc, w, cj, ldc, accumulate); break;
-    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10)
-  default: column_block(a, lda, kn, rows_p, bj, bsk, bsc, 11, cj, ldc, accumulate); break;
+#define TAIL(t) \
+  case t: if (t < w) tile(nv, a, lda, kn, bj, bsk, bsc, t, cj, ldc, mode, rs); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
 #undef TAIL
+  default: break;
   }
+}
+
+/* The whole product: 64 rows at a time (one tile spans them), then the 48,
+ * 32 or 16 rows left. */
+static inline __attribute__((always_inline)) void gemm_any(const float *a, int64_t lda, int64_t kn, int64_t rows_p,
+                                                           const float *b, int64_t bsk, int64_t bsc, int64_t n,
+                                                           float *c, int64_t ldc, int mode, const float *rs) {
+  int64_t r = 0;
+  for (; r + 64 <= rows_p; r += 64) columns(4, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs);
+  switch ((int)(rows_p - r) / 16) {
+  case 3: columns(3, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  case 2: columns(2, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  case 1: columns(1, a + r, lda, kn, b, bsk, bsc, n, c + r, ldc, mode, mode == RESCALE_ADD ? rs + r : rs); break;
+  default: break;
+  }
+}
+
+static void gemm_t(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk, int64_t bsc,
+                   int64_t n, float *c, int64_t ldc, int accumulate) {
+  if (accumulate)
+    gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, ADD, NULL);
+  else
+    gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, STORE, NULL);
+}
+
+static void gemm_t_rescale(const float *a, int64_t lda, int64_t kn, int64_t rows_p, const float *b, int64_t bsk,
+                           int64_t bsc, int64_t n, float *c, int64_t ldc, const float *rs) {
+  gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, RESCALE_ADD, rs);
 }
 
 /* e^x for x <= 0, -inf or NaN: src/core/kernels_avx2.c's exp8, 16 lanes. */
@@ -103,34 +142,93 @@ static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
 }
 
-/* One online-softmax step of 16 rows (src/core/cpu.h), one vector. */
-static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+/* One online-softmax step of nv (1 to 4) vectors of 16 rows side by side
+ * (src/core/cpu.h): nv independent chains for the max and the sum, where one
+ * vector alone waits on the latency of each max and add; per row the same
+ * operations in the same order as one vector alone. A NaN score is found
+ * from its row's sum of exp, which it makes NaN (no other score can: exp
+ * gives 0 for -inf, and a +inf score makes its row NaN anyway), instead of
+ * by a compare per score: the row's m, l, p and rescale come out NaN. */
+static inline __attribute__((always_inline)) void softmax_nv(int nv, float *st, int64_t ld, int64_t bk, float *m,
+                                                             float *l, float *rescale) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
-  __m512 bm = ninf;
-  __mmask16 bad = 0;
-  for (int64_t j = 0; j < bk; j++) {
-    __m512 s = _mm512_loadu_ps(st + j * ld);
-    bm = _mm512_max_ps(bm, s);
-    bad |= _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q);
+  __m512 mx[4], msub[4], sum[4], inv[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) mx[v] = msub[v] = sum[v] = inv[v] = v < nv ? ninf : zero;
+  int64_t j0 = 0;
+  if (nv <= 2) { /* a second chain per vector over the odd keys (max is exact: any order gives its bits) */
+    __m512 mx2[2] = {ninf, ninf};
+    for (; j0 + 2 <= bk; j0 += 2) {
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; v++) {
+        if (v >= nv) break;
+        mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j0 * ld + 16 * v));
+        mx2[v] = _mm512_max_ps(mx2[v], _mm512_loadu_ps(st + (j0 + 1) * ld + 16 * v));
+      }
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++)
+      if (v < nv) mx[v] = _mm512_max_ps(mx[v], mx2[v]);
   }
-  __m512 mold = _mm512_loadu_ps(m);
-  bad |= _mm512_cmp_ps_mask(mold, mold, _CMP_UNORD_Q);
-  __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(bm, mold), bad, _mm512_set1_ps(NAN));
-  /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
-  __m512 msub = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew);
-  __m512 sum = zero;
-  for (int64_t j = 0; j < bk; j++) {
-    __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(st + j * ld), msub));
-    _mm512_storeu_ps(st + j * ld, p);
-    sum = _mm512_add_ps(sum, p);
+  for (int64_t j = j0; j < bk; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++)
+      if (v < nv) mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j * ld + 16 * v));
   }
-  __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l), exp16(_mm512_sub_ps(mold, msub))); /* 0 where mold = -inf */
-  __m512 lnew = _mm512_add_ps(kept, sum);
-  __m512 inv = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
-  for (int64_t j = 0; j < bk; j++) _mm512_storeu_ps(st + j * ld, _mm512_mul_ps(_mm512_loadu_ps(st + j * ld), inv));
-  _mm512_storeu_ps(rescale, _mm512_mul_ps(kept, inv));
-  _mm512_storeu_ps(l, lnew);
-  _mm512_storeu_ps(m, mnew);
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (v >= nv) break;
+    mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(m + 16 * v)); /* a NaN m (max's second operand) stays */
+    /* rows with nothing visible yet subtract 0: exp(-inf - 0) = 0, not NaN */
+    msub[v] = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v]);
+    sum[v] = zero;
+  }
+  for (int64_t j = 0; j < bk; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      float *sj = st + j * ld + 16 * v;
+      __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), msub[v]));
+      _mm512_storeu_ps(sj, p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (v >= nv) break;
+    __m512 mold = _mm512_loadu_ps(m + 16 * v);
+    __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), exp16(_mm512_sub_ps(mold, msub[v]))); /* 0 where mold = -inf */
+    __m512 lnew = _mm512_add_ps(kept, sum[v]);
+    inv[v] = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
+    _mm512_storeu_ps(rescale + 16 * v, _mm512_mul_ps(kept, inv[v]));
+    _mm512_storeu_ps(l + 16 * v, lnew);
+    __mmask16 bad = _mm512_cmp_ps_mask(sum[v], sum[v], _CMP_UNORD_Q);
+    _mm512_storeu_ps(m + 16 * v, _mm512_mask_mov_ps(mx[v], bad, _mm512_set1_ps(NAN)));
+  }
+  for (int64_t j = 0; j < bk; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      float *sj = st + j * ld + 16 * v;
+      _mm512_storeu_ps(sj, _mm512_mul_ps(_mm512_loadu_ps(sj), inv[v]));
+    }
+  }
+}
+
+static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
+  softmax_nv(1, st, ld, bk, m, l, rescale);
+}
+
+/* rows_p rows: 64 at a time, then the 48, 32 or 16 left */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  int64_t r = 0;
+  for (; r + 64 <= rows_p; r += 64) softmax_nv(4, st + r, ld, bk, m + r, l + r, rescale + r);
+  switch ((int)(rows_p - r) / 16) {
+  case 3: softmax_nv(3, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  case 2: softmax_nv(2, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  case 1: softmax_nv(1, st + r, ld, bk, m + r, l + r, rescale + r); break;
+  default: break;
+  }
 }
 
 static void exp_minus(float *x, int64_t n, float m) {
@@ -222,5 +320,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm512_storeu_ps(x + 16 * j, v[j]);
 }
 
-const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    softmax_step16,  exp_minus, rows_dot,
-                                               softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};
+const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  softmax_step, exp_minus,
+                                               rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};

@@ -20,7 +20,7 @@
 #define NR 6
 
 static inline void tile(const float *a, int64_t lda, int64_t kn, const float *b, int64_t bsk, int64_t bsc, int nc,
-                        float *c, int64_t ldc, int accumulate) {
+                        float *c, int64_t ldc, int accumulate, const float *rs) {
   float acc[NR][MR];
   memset(acc, 0, sizeof acc);
   for (int64_t k = 0; k < kn; k++)
@@ -29,7 +29,8 @@ static inline void tile(const float *a, int64_t lda, int64_t kn, const float *b,
       for (int r = 0; r < MR; r++) acc[j][r] += a[k * lda + r] * bv;
     }
   for (int j = 0; j < nc; j++)
-    for (int r = 0; r < MR; r++) c[j * ldc + r] = accumulate ? c[j * ldc + r] + acc[j][r] : acc[j][r];
+    for (int r = 0; r < MR; r++)
+      c[j * ldc + r] = rs ? c[j * ldc + r] * rs[r] + acc[j][r] : accumulate ? c[j * ldc + r] + acc[j][r] : acc[j][r];
 }
 
 #include "kernel_gemm16.h"
@@ -59,6 +60,11 @@ static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l
     l[r] = lnew;
     m[r] = mnew;
   }
+}
+
+/* rows_p rows: one group of 16 after the other */
+static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, float *m, float *l, float *rescale) {
+  for (int64_t r = 0; r < rows_p; r += MR) softmax_step16(st + r, ld, bk, m + r, l + r, rescale + r);
 }
 
 static void exp_minus(float *x, int64_t n, float m) {
@@ -100,5 +106,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   memcpy(x, v, sizeof v);
 }
 
-const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      softmax_step16, exp_minus, rows_dot,
-                                                softmax_row, rows_axpy,   FMA_LANES,      fma_chains};
+const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
+                                                rows_dot,    softmax_row, rows_axpy,      FMA_LANES,      fma_chains};

@@ -51,6 +51,12 @@ static double visible_pairs(int64_t lq, int64_t lk, const attn_sdpa_opts *o) {
 }
 
 /* requested kernel, sizes, options -> the kernel that runs (AUTO + why: none) */
+/* The key count of the crossover and of the window rule below, measured
+ * when the fused kernel's key tile had 256 keys; a constant of its own, so
+ * that a tile size never moves a call from one kernel (and its bits) to the
+ * other. */
+#define CROSSOVER_KEYS 256
+
 attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
                                              int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
                                              const attn_sdpa_opts *opts, const char **why) {
@@ -72,13 +78,13 @@ attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t
   /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
    * the math kernel is as fast or faster while a slice's scores fit in a few
    * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  if (lk > 2 * ATTN_FLASH_BK / 4 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
+  if (lk > CROSSOVER_KEYS / 2 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
   /* a window that hides most pairs: the fused kernel skips the key tiles
    * outside it, the math kernel computes every score (scripts/bench.lua
    * window, 2 threads at load 7: 36x). Causal alone hides half, which the
    * crossover above weighs; square causal calls (the module forward and
    * backward) choose by it alone. */
-  if (lk > ATTN_FLASH_BK && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
+  if (lk > CROSSOVER_KEYS && 4.0 * visible_pairs(lq, lk, opts) <= (double)lq * (double)lk) return ATTN_SDPA_FLASH;
   return ATTN_SDPA_MATH;
 }
 

@@ -42,7 +42,7 @@ attn_sdpa_kernel attn_sdpa_choose_kernel(attn_sdpa_kernel requested, int64_t nb,
  * the fused kernel for decoding (attn_flash_decode_fits: gqa_group * Lq
  * query rows per kv head in one tile, more than one split-K chunk of keys) and where
  * is_causal and the window leave at most a quarter of the pairs visible
- * (with Lk > ATTN_FLASH_BK: its tiles are skipped). opts may be NULL;
+ * (with Lk > 256: its key tiles are skipped). opts may be NULL;
  * gqa_group: query heads per kv head (attn_sdpa_gqa_group_of), 1 without GQA.
  * Both kernels run every option, so only need_weights limits the choice. */
 attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
