@@ -47,12 +47,31 @@
  * h reads kv head h / g in place (attn_sdpa_slice_at), and dK, dV of a kv
  * head are the sums of its g query heads' terms, written at slice bi / g
  * ([B..., Hkv, Lk, E], no per-query-head copy).
- * Every product is a single-threaded cblas_sgemm (OpenBLAS), or direct loops
+ * Products: the instruction set's micro-kernels (src/core/kernels_bwd.h:
+ * kernels_bwd_avx512.c, kernels_bwd_avx2.c, kernels_bwd_scalar.c, the set
+ * that goes with the flash kernel set src/core/cpu.c chose), or direct loops
  * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
+ * One contract serves all five: C (+)= alpha sum_l a(i, l) B[l, :], A's
+ * elements broadcast through any strides, B's rows loaded as vectors, C held
+ * in registers (AVX-512: 6 rows x 64 columns, 24 of the 32 registers; AVX2:
+ * 6 x 16), each element's sum in increasing l from 0 with one fused
+ * multiply-add per product, then scaled and added to C once: the blocking
+ * never changes a bit, and the AVX2 and AVX-512 sets agree bit for bit. The
+ * two products whose B is K^T or V^T (S and dW) read a copy of the key
+ * block's K^T and V^T [E, bk] packed once per key block (load_kv_t); dV, dK
+ * and dQ read dO, Qs and K in place, P and dS transposed through the
+ * broadcasts' strides. dS = P (dW - D) is the set's vector loop too (ds_rows).
+ * Against the single-threaded OpenBLAS sgemm calls before (one thread, best
+ * of many short runs each interleaved with the FMA loop, same window, AVX-512
+ * on a Sapphire Rapids core): the backward alone of one [1024, 64] head went
+ * from 7.3-7.4 ms (0.51-0.54 of fma_peak) to 4.9-5.3 ms (0.71-0.77); the
+ * micro-kernel alone on a tile's shapes from L1 runs at 0.91-0.96 of it, so
+ * what is left is mostly the tile's operands streaming from L2 (about
+ * 270 KiB per tile) and the exponential (about 4%).
  *
  * Threads: a work item is one kv group (the g slices of the query heads that
- * share a kv head; one slice without GQA) in an OpenMP parallel for, BLAS
- * single-threaded inside; its dQ, dK and dV are its own. Every gradient
+ * share a kv head; one slice without GQA) in an OpenMP parallel for, each
+ * item on one thread; its dQ, dK and dV are its own. Every gradient
  * element sums its tiles' terms in a fixed order: dK and dV of a key block
  * over the group's query heads in increasing order, each over the query blocks
  * in increasing i0; dQ of a query block over the key blocks in increasing k0.
@@ -69,20 +88,26 @@
  * Causal cost (A: b4 h12 n1024 E64, flash): the backward is 0.52 to 0.54 of
  * the non-causal one's, with the diagonal's row steps (before them: 0.53 to
  * 0.54 in the same runs, the causal backward 1.3% slower; 1 thread, CPU time,
- * three interleaved runs at load 5). Above 0.5 remain the hidden corners of
- * the 32-row steps and what every slice costs whatever its mask (D, q's
- * scaling, zeroing the gradients).
+ * three interleaved runs at load 5). On the micro-kernels: 0.53 to 0.56 (one
+ * [1024, 64] head, 1 thread, best of 100 runs each, the two in the same
+ * window at load 10). Above 0.5 remain the hidden corners of the 32-row
+ * steps, the diagonal tiles' smaller products and what every slice costs
+ * whatever its mask (D, q's scaling, zeroing the gradients, K^T and V^T).
  *
  * Error: against torch 1.13 autograd in float64 at most 4.8e-6 absolute
  * without variants (spec/sdpa_backward_spec.lua, Lq, Lk up to 300) and, with
  * every variant alone and combined (spec/sdpa_variants_grad_spec.lua, Lq, Lk
  * up to 1030), 3.7e-6 (math) and 1.1e-5 (flash) absolute with |gradients| up
- * to 11: within 1e-5 relative + 1e-5 absolute everywhere. Flash and math
+ * to 11: within 1e-5 relative + 1e-5 absolute everywhere. With the
+ * micro-kernels' summation order in place of OpenBLAS's, the largest
+ * gradient error over every fixture of the two specs (both kernels) is 2.7e-6
+ * (AVX-512; 3.2e-6 scalar) without variants, was 2.4e-6 (2.9e-6), and
+ * 1.1e-5 (9.3e-6 scalar) with them, as before; spec/sdpa_backward_kernels_spec.lua
+ * holds every set within 1e-5 of a float64 reference computed in Lua. Flash and math
  * agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's recomputed P
  * differs from the forward's by the rounding of its own S and exp(S - lse) (a
  * few ulp); softcap's tanh (attn_sdpa_tanh, 4.1e-7 absolute) adds at most
  * about 1e-6 relative to 1 - tanh^2. */
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
@@ -90,6 +115,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels_bwd.h"
 #include "rng.h"
 #include "sdpa_backward.h"
 #include "small_gemm.h"
@@ -106,7 +132,7 @@
  * smaller blocks had cut in it: the heap grew 2 MiB a call. */
 #define QS_FLOATS (1 << 16)
 
-/* A [rows, cols] operand of a slice as row-major BLAS reads it: in place
+/* A [rows, cols] operand of a slice as the row-major products read it: in place
  * when its columns are contiguous, else packed per slice. */
 typedef struct bwd_operand {
   int pack;
@@ -133,6 +159,7 @@ typedef struct bwd_ctx {
   int64_t ngroups;             /* slices / group */
   attn_sdpa_kernel kernel;
   const attn_flash_kernels *kr; /* the instruction set's exponential (src/core/cpu.h) */
+  const attn_bwd_kernels *bk_kr; /* its products (src/core/kernels_bwd.h) */
   const attn_tensor *out, *dout, *saved;
   const attn_tensor *dweights; /* NULL, or the gradient of the weights output (math) */
   attn_sdpa_grads g;
@@ -141,8 +168,9 @@ typedef struct bwd_ctx {
   int64_t qchunk;       /* query rows of scaled q a thread holds: a multiple of BQ, or Lq */
   int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
   /* per-thread scratch, in floats: qs [qchunk, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
-   * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap) */
-  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap;
+   * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap), kt [E, bk], vt [Ev, bk] (a key block's
+   * K^T and V^T) */
+  size_t off_kp, off_vp, off_dop, off_d, off_s, off_dw, off_w, off_f, off_cap, off_kt, off_vt;
   /* score_mod's tables that want a gradient: one buffer of gsize floats per slice (each table at goff[t]),
    * summed in increasing slice order after the parallel region */
   float *gbuf;
@@ -165,14 +193,27 @@ static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t sr, 
     for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = src[r * sr + c * sc];
 }
 
-static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t kk, float alpha,
-                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (m * n * kk <= ATTN_SMALL_GEMM_MACS) {
-    attn_small_gemm(ta == CblasTrans, tb == CblasTrans, m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)kk, alpha, a, (blasint)lda, b, (blasint)ldb,
-              beta, c, (blasint)ldc);
+/* c [m, n] (row stride ldc) = alpha op(a) b (+ c when accumulate), op(a) =
+ * a [m, kk] (row stride lda), or the transpose of a [kk, m] when trans_a;
+ * b [kk, n] (row stride ldb). Tiny products as direct loops, the others
+ * with the instruction set's micro-kernels: the sizes choose, never the
+ * threads. */
+static void gemm(const bwd_ctx *c, int trans_a, int64_t m, int64_t n, int64_t kk, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, int accumulate, float *cc, int64_t ldc) {
+  if (m * n * kk <= ATTN_SMALL_GEMM_MACS)
+    attn_small_gemm(trans_a, 0, m, n, kk, alpha, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, cc, ldc);
+  else
+    c->bk_kr->gemm(m, n, kk, a, trans_a ? 1 : lda, trans_a ? lda : 1, b, ldb, alpha, cc, ldc, accumulate);
+}
+
+/* c [m, n] = a [m, kk] b^T, b [n, kk] (row stride ldb) also given transposed
+ * as bt [kk, n] (row stride ldbt) for the micro-kernels. */
+static void gemm_nt(const bwd_ctx *c, int64_t m, int64_t n, int64_t kk, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, const float *bt, int64_t ldbt, float *cc, int64_t ldc) {
+  if (m * n * kk <= ATTN_SMALL_GEMM_MACS)
+    attn_small_gemm(0, 1, m, n, kk, 1.0f, a, lda, b, ldb, 0.0f, cc, ldc);
+  else
+    c->bk_kr->gemm(m, n, kk, a, lda, 1, bt, ldbt, 1.0f, cc, ldc, 0);
 }
 
 /* What the tiles of slice bi read and write, in the calling thread's
@@ -185,6 +226,8 @@ typedef struct bwd_slice {
   float *qs;
   int64_t q0, qn;
   const float *kp, *vp, *dop, *dd, *lse, *probs;
+  float *kt, *vt; /* K^T [E, bk] and V^T [Ev, bk] of the keys [kt0, kt0 + bk) (row stride bk) */
+  int64_t kt0, ldkt;
   const float *dwt; /* NULL, or the gradient of the weights [Lq, Lk] (strides sdw0, sdw1) */
   int64_t sdw0, sdw1;
   int64_t ldk, ldv, lddo;
@@ -212,6 +255,7 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->q0 = t->qn = 0;
   /* k [Lk, E], v [Lk, Ev], dO [Lq, Ev]: in place or packed */
   t->kp = t->sl.k, t->vp = t->sl.v;
+  t->kt = w + c->off_kt, t->vt = w + c->off_vt, t->kt0 = -1, t->ldkt = c->bk;
   t->ldk = c->k.ld, t->ldv = c->v.ld, t->lddo = c->dout_l.ld;
   if (c->k.pack) {
     int64_t sr = attn_sdpa_row_stride(p, &p->k);
@@ -270,14 +314,28 @@ static void load_qs(const attn_sdpa_problem *p, bwd_slice *t, int64_t r0, int64_
   t->q0 = r0, t->qn = n;
 }
 
+/* K^T and V^T of the key block [k0, k1) of slice t into its kt, vt: packed
+ * once per key block, read by the scores and dW of every query block. */
+static void load_kv_t(const bwd_ctx *c, bwd_slice *t, int64_t k0, int64_t k1) {
+  int64_t e = c->p.e, ev = c->p.ev, ld = t->ldkt;
+  for (int64_t j0 = k0; j0 < k1; j0 += 16) { /* 16 keys at a time: 16 rows read, each Kt row written 16 wide */
+    int64_t j1 = k1 - j0 < 16 ? k1 : j0 + 16;
+    for (int64_t d = 0; d < e; d++)
+      for (int64_t j = j0; j < j1; j++) t->kt[d * ld + j - k0] = t->kp[j * t->ldk + d];
+    for (int64_t d = 0; d < ev; d++)
+      for (int64_t j = j0; j < j1; j++) t->vt[d * ld + j - k0] = t->vp[j * t->ldv + d];
+  }
+  t->kt0 = k0;
+}
+
 /* dst [rows, kn] (row stride ld) = Qs_i K^T for query rows [i0, i0 + rows)
  * and keys [kb, kb + kn) of slice t: the scaled scores before any
  * modification. */
-static void scores(const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn, int64_t e, float *dst,
-                   int64_t ld) {
+static void scores(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn, int64_t e,
+                   float *dst, int64_t ld) {
   if (e > 0)
-    sgemm(CblasNoTrans, CblasTrans, rows, kn, e, 1.0f, t->qs + (i0 - t->q0) * e, e, t->kp + kb * t->ldk, t->ldk, 0.0f,
-          dst, ld);
+    gemm_nt(c, rows, kn, e, t->qs + (i0 - t->q0) * e, e, t->kp + kb * t->ldk, t->ldk, t->kt + kb - t->kt0, t->ldkt,
+            dst, ld);
   else
     for (int64_t r = 0; r < rows; r++) memset(dst + r * ld, 0, (size_t)kn * sizeof(float));
 }
@@ -303,7 +361,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
    * (math too: its saved P cannot give them back where it underflowed) */
   float *capped = t->capped ? t->capped + tile_off : NULL;
   if (capped) {
-    scores(t, i0, rows, kb, kn, e, capped, ld);
+    scores(c, t, i0, rows, kb, kn, e, capped, ld);
     if (p->softcap > 0.0f) attn_sdpa_softcap_tile(p->softcap, rows, kn, capped, ld, 1);
   }
   /* P [rows, kn] at pt (row stride ldp) */
@@ -318,7 +376,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
       for (int64_t r = 0; r < rows; r++) memcpy(s + r * ld, capped + r * ld, (size_t)kn * sizeof(float));
       attn_sdpa_modify_tile(&c->after_cap, &t->sl, i0, rows, kb, kn, s, ld, 1);
     } else {
-      scores(t, i0, rows, kb, kn, e, s, ld);
+      scores(c, t, i0, rows, kb, kn, e, s, ld);
       attn_sdpa_modify_tile(p, &t->sl, i0, rows, kb, kn, s, ld, 1);
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -333,7 +391,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
   }
   /* dW = dO_i V^T [rows, kn] */
   if (ev > 0)
-    sgemm(CblasNoTrans, CblasTrans, rows, kn, ev, 1.0f, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, 0.0f, dw, ld);
+    gemm_nt(c, rows, kn, ev, t->dop + i0 * lddo, lddo, t->vp + kb * ldv, ldv, t->vt + kb - t->kt0, t->ldkt, dw, ld);
   else
     for (int64_t r = 0; r < rows; r++) memset(dw + r * ld, 0, (size_t)kn * sizeof(float));
   /* dW += the weights output's gradient */
@@ -358,11 +416,9 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
     *ldw_out = ld;
   }
   /* dS = P * (dW - D) in dw; 0 where P is (hidden keys, rows with no key) */
+  c->bk_kr->ds_rows(pt, ldp, dw, ld, rows, kn, t->dd + i0);
   for (int64_t r = 0; r < rows; r++) {
-    float di = t->dd[i0 + r];
-    const float *pr = pt + r * ldp;
     float *dr = dw + r * ld;
-    for (int64_t j = 0; j < kn; j++) dr[j] = pr[j] == 0.0f ? 0.0f : pr[j] * (dr[j] - di);
     if ((what & TILE_DKV) && t->dbias) memcpy(t->dbias + (i0 + r) * lk + kb, dr, (size_t)kn * sizeof(float));
     if (p->score_mod) /* through the program (its tables' gradients once per element: with dK, dV) */
       attn_score_mod_backward_row(p->score_mod, t->sl.b, t->sl.h, i0 + r, kb, kn, capped + r * ld, dr,
@@ -379,7 +435,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
   }
   /* dQ_i += scale dS K_j [rows, E] */
   if ((what & TILE_DQ) && e > 0)
-    sgemm(CblasNoTrans, CblasNoTrans, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1.0f, t->dq + i0 * e, e);
+    gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * e, e);
 }
 
 /* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
@@ -425,11 +481,9 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
   }
   /* dV_j += W^T dO_i [kn, Ev]; dK_j += dS^T Qs_i [kn, E] */
   if ((what & TILE_DKV) && ev > 0)
-    sgemm(CblasTrans, CblasNoTrans, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1.0f,
-          t->dv + kb * ev, ev);
+    gemm(c, 1, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1, t->dv + kb * ev, ev);
   if ((what & TILE_DKV) && e > 0)
-    sgemm(CblasTrans, CblasNoTrans, kn, e, rows, 1.0f, t->dw, kn, t->qs + (i0 - t->q0) * e, e, 1.0f, t->dk + kb * e,
-          e);
+    gemm(c, 1, kn, e, rows, 1.0f, t->dw, kn, t->qs + (i0 - t->q0) * e, e, 1, t->dk + kb * e, e);
 }
 
 /* Work item `item` with the calling thread's scratch block w. By group: the
@@ -462,6 +516,7 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
         load_qs(p, &t, q0, q1 - q0);
         for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
           int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+          load_kv_t(c, &t, k0, k1);
           for (int64_t i0 = q0; i0 < q1; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DQ | TILE_DKV);
         }
       }
@@ -475,13 +530,18 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
         for (int64_t i = 0; i < lq; i++)
           memset(c->g.dbias->data + (bi * lq + i) * lk + k0, 0, (size_t)(k1 - k0) * sizeof(float));
       prepare_slice(c, bi, w, 0, lq, k0, k1, &t);
+      load_kv_t(c, &t, k0, k1);
       for (int64_t i0 = 0; i0 < lq; i0 += BQ) run_tile(c, &t, i0, k0, k1, TILE_DKV);
     }
   } else { /* slice bi, query rows [i0, i0 + BQ): dQ */
     int64_t bi = item / c->nqblk, i0 = item % c->nqblk * BQ, i1 = lq - i0 < BQ ? lq : i0 + BQ;
     memset(c->g.dq->data + (bi * lq + i0) * e, 0, (size_t)((i1 - i0) * e) * sizeof(float));
     prepare_slice(c, bi, w, i0, i1, 0, lk, &t);
-    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) run_tile(c, &t, i0, k0, lk - k0 < c->bk ? lk : k0 + c->bk, TILE_DQ);
+    for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
+      int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
+      load_kv_t(c, &t, k0, k1);
+      run_tile(c, &t, i0, k0, k1, TILE_DQ);
+    }
   }
 }
 
@@ -560,6 +620,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   }
   c.kernel = kernel;
   c.kr = attn_cpu_kernels();
+  c.bk_kr = attn_bwd_kernels_for(c.kr);
   c.out = out;
   c.dout = dout;
   c.saved = saved;
@@ -601,6 +662,10 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   ok = ok && attn_sdpa_add_floats(&block, c.bk, 1);
   c.off_cap = block;
   if (p->softcap > 0.0f || p->score_mod) ok = ok && attn_sdpa_add_floats(&block, bq, c.bk);
+  c.off_kt = block;
+  ok = ok && attn_sdpa_add_floats(&block, p->e, c.bk);
+  c.off_vt = block;
+  ok = ok && attn_sdpa_add_floats(&block, p->ev, c.bk);
   /* fewer kv groups than threads (flash, with keys and queries to split): two
    * passes over (group or slice, block) items instead of one over groups, the
    * same bits; a small call runs on the calling thread (waking a team costs
@@ -631,7 +696,7 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
   /* items handed out dynamically (the team may be shared): each computed whole by one thread */
 #pragma omp parallel num_threads(work.nthreads) if (work.nthreads > 1)
   {
-    omp_set_num_threads(1); /* BLAS single-threaded in here (the region's own ICV) */
+    omp_set_num_threads(1); /* anything threaded called in here runs on one thread (the region's own ICV) */
     float *w = work.scratch + work.block * (size_t)omp_get_thread_num();
     for (int pass = 0; pass < 2; pass++) {
 #pragma omp for schedule(dynamic, 1)

@@ -1,0 +1,46 @@
+/* The attention backward's products (src/core/sdpa_backward.c), one set per
+ * instruction set: src/core/kernels_bwd_scalar.c (plain C, every CPU),
+ * kernels_bwd_avx2.c and kernels_bwd_avx512.c (register-blocked FMA
+ * micro-kernels; only those two files get -m flags). The set follows the
+ * flash kernel set src/core/cpu.c chose (ATTN_CPU included), so one process
+ * runs one instruction set everywhere.
+ *
+ * Contract of gemm: for i < m, j < n
+ *   C[i * ldc + j] = alpha * sum + (accumulate ? C[i * ldc + j] : 0),
+ *   sum = sum over l < k, in increasing l, of a[i * sai + l * sal] * b[l * ldb + j],
+ * the sum started from 0 with one fused multiply-add per product (AVX2 and
+ * AVX-512: the two give the same bits) or one rounded product and one
+ * rounded addition (scalar), then one rounded multiply by alpha and one
+ * rounded addition to C. The order of every sum depends on k alone: never on
+ * the blocking, the thread count or where the call sits in a larger product.
+ * A is read through any strides (its elements are broadcast), B's rows and
+ * C's rows are contiguous. m, n, k >= 0; k = 0 gives sum = 0.
+ *
+ * Contract of ds_rows: for r < rows, j < n
+ *   dw[r * ld + j] = p[r * ldp + j] == 0 ? 0 : p[r * ldp + j] * (dw[r * ld + j] - d[r]),
+ * the difference and the product each rounded once: the same bits in every
+ * set. */
+#ifndef ATTN_KERNELS_BWD_H
+#define ATTN_KERNELS_BWD_H
+
+#include <stdint.h>
+
+#include "cpu.h"
+
+typedef struct attn_bwd_kernels {
+  const char *name; /* the flash set's name it goes with: "scalar", "avx2", "avx512" */
+  void (*gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t sai, int64_t sal, const float *b, int64_t ldb,
+               float alpha, float *c, int64_t ldc, int accumulate);
+  void (*ds_rows)(const float *p, int64_t ldp, float *dw, int64_t ld, int64_t rows, int64_t n, const float *d);
+} attn_bwd_kernels;
+
+extern const attn_bwd_kernels attn_bwd_kernels_scalar;
+#if defined(__x86_64__)
+extern const attn_bwd_kernels attn_bwd_kernels_avx2;
+extern const attn_bwd_kernels attn_bwd_kernels_avx512;
+#endif
+
+/* The backward set of the same instruction set as the flash set kr. */
+const attn_bwd_kernels *attn_bwd_kernels_for(const attn_flash_kernels *kr);
+
+#endif

@@ -1,0 +1,33 @@
+/* The attention backward's products for AVX2 + FMA (src/core/kernels_bwd.h);
+ * this file alone of the backward is compiled with -mavx2 -mfma.
+ * Micro-tile: 6 rows x 2 vectors (16 columns): 12 accumulators, 2 vectors
+ * of B and a broadcast fill 15 of the 16 registers; 12 FMAs per 2 loads of
+ * B and 6 broadcasts of A. Each sum as the AVX-512
+ * set's (src/core/kernel_bwd_gemm.h), so the two sets give the same bits. */
+#include <immintrin.h>
+
+#include "kernels_bwd.h"
+
+#define VEC __m256
+#define VW 8
+#define MR 6
+#define NV 2
+static inline __m256i lanes_below(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline __m256 vzero(void) { return _mm256_setzero_ps(); }
+static inline __m256 vset1(float x) { return _mm256_set1_ps(x); }
+static inline __m256 vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 vload_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, lanes_below(n)); }
+static inline void vstore(float *p, __m256 x) { _mm256_storeu_ps(p, x); }
+static inline void vstore_n(float *p, __m256 x, int64_t n) { _mm256_maskstore_ps(p, lanes_below(n), x); }
+static inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+static inline __m256 vadd(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+static inline __m256 vmul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+static inline __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+static inline __m256 vmul_nz(__m256 p, __m256 x) {
+  return _mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ), _mm256_mul_ps(p, x));
+}
+#include "kernel_bwd_gemm.h"
+
+const attn_bwd_kernels attn_bwd_kernels_avx2 = {"avx2", bwd_gemm, bwd_ds_rows};
