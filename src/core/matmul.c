@@ -1,4 +1,6 @@
-/* torch.matmul on top of cblas_sgemm.  Strided operands go to BLAS as
+/* torch.matmul on top of cblas_sgemm, or of the project's own GEMM
+ * (src/core/sgemm.h) where the AVX2 or AVX-512 kernel set runs and the
+ * product is at least OWN_GEMM_MIN in every size. Strided operands go as
  * transpose flags when one of their matrix dims is unit-stride; only other
  * layouts are copied (once, into scratch). */
 #include <cblas.h>
@@ -7,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "ops.h"
+#include "sgemm.h"
 #include "threads.h"
 
 char *openblas_get_corename(void);
@@ -56,6 +60,28 @@ static void tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tm, int64_t *tn
     while (cols > MIN_TILE && ((m + rows - 1) / rows) * ((n + cols - 1) / cols) < MIN_TILES) cols /= 2;
   }
   *tm = rows, *tn = cols;
+}
+
+/* The own GEMM takes products with at least this many rows, columns and
+ * terms: below, its 6 x 64 micro-tiles would be mostly padding, and a
+ * decoding step's one-row products read the weight in place in OpenBLAS. */
+#define OWN_GEMM_MIN 16
+
+/* The GEMM for an [m, n] product over k: the chosen kernel set's own
+ * (whose bits depend on none of the tiles, transposes or threads), or NULL
+ * for cblas_sgemm. The sizes and the kernel set alone decide, the same in
+ * attn_matmul and attn_gemm. Where the own GEMM cannot allocate its packing
+ * buffers, that tile falls back to cblas_sgemm. */
+static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
+#if defined(__x86_64__)
+  if (m < OWN_GEMM_MIN || n < OWN_GEMM_MIN || k < OWN_GEMM_MIN) return NULL;
+  const attn_flash_kernels *set = attn_cpu_kernels();
+  if (set == &attn_kernels_avx512) return attn_sgemm_avx512;
+  if (set == &attn_kernels_avx2) return attn_sgemm_avx2;
+#else
+  (void)m, (void)n, (void)k;
+#endif
+  return NULL;
 }
 
 /* Below this many multiply-adds in all, the tiles run on the calling thread. */
@@ -205,6 +231,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   double work = (double)nb * (double)m * (double)n * (double)k;
   if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
+  attn_sgemm_fn own = own_gemm(m, n, k);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     /* BLAS single-threaded in here, even in a team of one (the region's own ICV) */
@@ -224,6 +251,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
       pa += oa.tr == CblasNoTrans ? r0 * oa.ld : r0; /* rows r0.. of op(a) */
       pb += ob.tr == CblasNoTrans ? c0 : c0 * ob.ld; /* columns c0.. of op(b) */
       float *pc = out->data + bi * m * n + r0 * n + c0;
+      if (own && own(oa.tr == CblasTrans, ob.tr == CblasTrans, rows, cols, k, pa, oa.ld, pb, ob.ld, pc, n)) continue;
       cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)oa.ld,
                   pb, (blasint)ob.ld, 0.0f, pc, (blasint)n);
     }
@@ -242,6 +270,7 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
   double work = (double)m * (double)n * (double)k;
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
+  attn_sgemm_fn own = own_gemm(m, n, k);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */
@@ -254,6 +283,7 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
         for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
         continue;
       }
+      if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, c + r0 * ldc + c0, ldc)) continue;
       cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
                   (blasint)ldb, 0.0f, c + r0 * ldc + c0, (blasint)ldc);
     }
