@@ -87,6 +87,25 @@ static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
 /* Below this many multiply-adds in all, the tiles run on the calling thread. */
 #define PARALLEL_MIN_FLOPS (64 * 64 * 64)
 
+/* The rows of the own GEMM's micro-tiles (MR of src/core/sgemm_driver.h) */
+#define OWN_GEMM_MR 6
+
+/* The own GEMM's tiles of nb [m, n] products: its bits depend on no tile,
+ * so the tiles follow the threads: columns in bands of up to TILE_N (what
+ * bounds its packing buffer), rows in as many bands of whole micro-tiles
+ * as there are threads left for each column band. Fewer, larger tiles pack
+ * a transposed B (a Linear layer's weight) fewer times. */
+static void own_tile_shape(int64_t nb, int64_t m, int64_t n, double work, int64_t *tm, int64_t *tn) {
+  int64_t panels = (m + OWN_GEMM_MR - 1) / OWN_GEMM_MR;
+  *tn = n < TILE_N ? n : TILE_N;
+  int64_t col_tiles = nb * ((n + *tn - 1) / *tn), most;
+  if (__builtin_mul_overflow(col_tiles, panels, &most)) most = INT64_MAX;
+  int threads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(most);
+  int64_t bands = col_tiles >= threads ? 1 : (threads + col_tiles - 1) / col_tiles;
+  if (bands > panels) bands = panels;
+  *tm = (panels + bands - 1) / bands * OWN_GEMM_MR;
+}
+
 attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size) {
   char b1[200], b2[200];
   if (a->ndim == 0 || b->ndim == 0)
@@ -226,12 +245,13 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
   int64_t tm, tn;
-  tile_shape(m, n, k, &tm, &tn);
-  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
   double work = (double)nb * (double)m * (double)n * (double)k;
+  attn_sgemm_fn own = own_gemm(m, n, k);
+  if (own) own_tile_shape(nb, m, n, work, &tm, &tn);
+  else tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
   if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
-  attn_sgemm_fn own = own_gemm(m, n, k);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     /* BLAS single-threaded in here, even in a team of one (the region's own ICV) */
@@ -266,11 +286,12 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   if (m == 0 || n == 0) return;
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   int64_t tm, tn;
-  tile_shape(m, n, k, &tm, &tn);
-  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
   double work = (double)m * (double)n * (double)k;
-  int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
   attn_sgemm_fn own = own_gemm(m, n, k);
+  if (own) own_tile_shape(1, m, n, work, &tm, &tn);
+  else tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
+  int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */
