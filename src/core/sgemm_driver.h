@@ -17,12 +17,12 @@
  * keeps its accumulators in registers (AVX-512: 6 x 4 vectors, 24 FMAs per
  * 4 loads and 6 broadcasts); after the first block of k it starts from the
  * stored C, which continues each element's one chain of fused steps.
- * Operands are read in place where they can be: A's elements are broadcast
- * one by one, so any strides do (a Linear layer's input, or the transposed
- * gradient of its weight product), and B's rows of NR columns are loaded
- * from B itself when it is not transposed. Only a transposed B (the weight
- * W of x W^T) is packed, once per block of k, and the edge panels,
- * zero-padded; edge outputs go through a scratch tile. */
+ * A is read in place: its elements are broadcast one by one, so any
+ * strides do (a Linear layer's input, or the transposed gradient of its
+ * weight product); only its edge panel is packed (zero-padded). B is packed,
+ * once per block of k, into contiguous [kc][NR] panels (zero-padded): read
+ * in place, rows a power of two of 2 KiB or more apart would all fall in a
+ * few L1 sets and evict each other. Edge outputs go through a scratch tile. */
 #ifndef ATTN_SGEMM_DRIVER_H
 #define ATTN_SGEMM_DRIVER_H
 
@@ -92,9 +92,8 @@ static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t j0, int64_t
 int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc) {
   int64_t mp = (m + MR - 1) / MR, np = (n + NR - 1) / NR, kcmax = k < KC ? k : KC;
-  /* B's panels (all of them when B is transposed, else the edge one), then
-   * A's edge panel; aligned_alloc wants a multiple of the alignment */
-  int64_t bfloats = (trans_b ? np : 1) * NR * kcmax;
+  /* B's panels, then A's edge panel; aligned_alloc wants a multiple of the alignment */
+  int64_t bfloats = np * NR * kcmax;
   size_t bytes = ((size_t)(bfloats + MR * kcmax) * sizeof(float) + 63) & ~(size_t)63;
   float *bp = aligned_alloc(64, bytes);
   if (!bp) return 0;
@@ -104,20 +103,11 @@ int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     int64_t kc = k - k0 < KC ? k - k0 : KC;
     int load_c = k0 > 0;
-    if (trans_b)
-      for (int64_t q = 0; q < np; q++) pack_b(1, b, ldb, q * NR, n, k0, kc, bp + q * NR * kc);
+    for (int64_t q = 0; q < np; q++) pack_b(trans_b, b, ldb, q * NR, n, k0, kc, bp + q * NR * kc);
     for (int64_t q = 0; q < np; q++) {
       int64_t j0 = q * NR, cols = n - j0 < NR ? n - j0 : NR;
       const float *bq = bp + q * NR * kc;
       int64_t bks = NR;
-      if (!trans_b) {
-        if (cols == NR) {
-          bq = b + k0 * ldb + j0, bks = ldb;
-        } else {
-          pack_b(0, b, ldb, j0, n, k0, kc, bp);
-          bq = bp;
-        }
-      }
       for (int64_t p = 0; p < mp; p++) {
         int64_t i0 = p * MR, rows = m - i0 < MR ? m - i0 : MR;
         float *ct = c + i0 * ldc + j0;
