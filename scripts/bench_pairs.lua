@@ -15,6 +15,14 @@
 -- fastest of its lines (attn's flash or math against torch_sdpa). The attn
 -- side also prints fma_peak (the machine's FMA limit on its threads, from
 -- bench.lua), one figure per pair under the table.
+-- Allocator: attn sets glibc's mmap threshold to 32 MiB and its trim
+-- threshold to 64 MiB at load (mallopt in src/binding/lua_attn.c), so a
+-- step's large tensors come from the heap instead of fresh, page-faulting
+-- mmaps. The PyTorch side runs with the same two settings, through
+-- GLIBC_TUNABLES (glibc.malloc.mmap_threshold and trim_threshold, prefixed
+-- to its command, --torch included); without them its step time swings
+-- with page faults. The attn side gets no GLIBC_TUNABLES (attn keeps the
+-- environment's settings when it has any).
 local opts = { cases = "train_gpt", pairs = 3, reps = 5, threads = nil, raw = nil,
                torch = "/usr/bin/python3 scripts/bench_torch.py" }
 local function usage(msg)
@@ -40,9 +48,13 @@ if not opts.cases:match("^[%w_,]+$") then usage("--cases wants names like train_
 local launcher = arg[0]:gsub("bench_pairs%.lua$", "attn-lua")
 local bench = arg[0]:gsub("bench_pairs%.lua$", "bench.lua")
 local env = opts.threads and ("OMP_NUM_THREADS=" .. opts.threads .. " ") or ""
+-- attn's mallopt values (src/binding/lua_attn.c: M_MMAP_THRESHOLD 32 << 20, M_TRIM_THRESHOLD 64 << 20)
+local MMAP_THRESHOLD, TRIM_THRESHOLD = 32 << 20, 64 << 20
+local torch_env = string.format("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=%d:glibc.malloc.trim_threshold=%d ",
+  MMAP_THRESHOLD, TRIM_THRESHOLD)
 local sides = {
   { name = "attn", cmd = string.format("%s%s %s --cases fma_peak,%s --reps %d", env, launcher, bench, opts.cases, opts.reps) },
-  { name = "torch", cmd = string.format("%s%s --cases %s --reps %d", env, opts.torch, opts.cases, opts.reps) },
+  { name = "torch", cmd = string.format("%s%s%s --cases %s --reps %d", env, torch_env, opts.torch, opts.cases, opts.reps) },
 }
 local raw = opts.raw and assert(io.open(opts.raw, "w"))
 

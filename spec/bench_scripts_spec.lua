@@ -251,6 +251,26 @@ describe("scripts/bench_pairs.lua", function()
     end
   end)
 
+  it("runs the PyTorch side with attn's allocator settings (GLIBC_TUNABLES = the mallopt values of src/binding/lua_attn.c)", function()
+    -- the values attn's binding sets, read from its source
+    local f = assert(io.open("src/binding/lua_attn.c"))
+    local src = f:read("a")
+    f:close()
+    local mmap_shift = assert(src:match("mallopt%(M_MMAP_THRESHOLD, 32 << (%d+)%)"), "no M_MMAP_THRESHOLD mallopt")
+    local trim_shift = assert(src:match("mallopt%(M_TRIM_THRESHOLD, 64 << (%d+)%)"), "no M_TRIM_THRESHOLD mallopt")
+    local want = ("glibc.malloc.mmap_threshold=%d:glibc.malloc.trim_threshold=%d"):format(32 << tonumber(mmap_shift),
+      64 << tonumber(trim_shift))
+    -- a stand-in PyTorch side that reports its GLIBC_TUNABLES as the kernel name of a tiny line
+    local fake = os.tmpname()
+    local fh = assert(io.open(fake, "w"))
+    fh:write([[printf '{"case": "tiny", "kernel": "%s", "ms": 0.05}\n' "$GLIBC_TUNABLES"]], "\n")
+    fh:close()
+    local code, out = run_attn("--cases tiny --pairs 1 --reps 1 --raw /dev/stdout --torch 'sh " .. fake .. "'")
+    os.remove(fake)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('torch {"case": "tiny", "kernel": "' .. want .. '"', 1, true), out)
+  end)
+
   it("refuses bad arguments and a failing side, naming them", function()
     local code, out = run_attn("--pairs 0")
     assert.are.equal(2, code, out)

@@ -15,9 +15,10 @@
 
 /* For the functions of the vectorised loops: GCC if-converts selects
  * (x < lo ? ...) only without -ftrapping-math (no FP exception is ever
- * tested in attn; values and rounding are unchanged), and an AVX2 clone is
- * chosen at load by cpuid where the CPU has it (8 lanes; the same bits as
- * the default clone, the core being built with -ffp-contract=off). x86-64
+ * tested in attn; values and rounding are unchanged), and an AVX-512 or AVX2
+ * clone is chosen at load by cpuid where the CPU has it (16 or 8 lanes; the
+ * same bits as the default clone, the core being built with
+ * -ffp-contract=off). x86-64
  * GCC only (see ATTN_FMA_CLONES in cpu.h for clang). ATTN_VECTOR_MATH marks the inline helpers the same way (GCC inlines only
  * between functions of the same options). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -26,7 +27,7 @@
 #define ATTN_VECTOR_MATH
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATTN_VECTOR_CLONES __attribute__((target_clones("avx2", "default"))) ATTN_VECTOR_MATH
+#define ATTN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default"))) ATTN_VECTOR_MATH
 #else
 #define ATTN_VECTOR_CLONES ATTN_VECTOR_MATH
 #endif

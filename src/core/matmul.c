@@ -1,4 +1,6 @@
-/* torch.matmul on top of cblas_sgemm.  Strided operands go to BLAS as
+/* torch.matmul on top of cblas_sgemm, or of the project's own GEMM
+ * (src/core/sgemm.h) where the AVX2 or AVX-512 kernel set runs and the
+ * product is at least OWN_GEMM_MIN in every size. Strided operands go as
  * transpose flags when one of their matrix dims is unit-stride; only other
  * layouts are copied (once, into scratch). */
 #include <cblas.h>
@@ -7,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "ops.h"
+#include "sgemm.h"
 #include "threads.h"
 
 char *openblas_get_corename(void);
@@ -58,8 +62,49 @@ static void tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tm, int64_t *tn
   *tm = rows, *tn = cols;
 }
 
+/* The own GEMM takes products with at least this many rows, columns and
+ * terms: below, its 6 x 64 micro-tiles would be mostly padding, and a
+ * decoding step's one-row products read the weight in place in OpenBLAS. */
+#define OWN_GEMM_MIN 16
+
+/* The GEMM for an [m, n] product over k: the chosen kernel set's own
+ * (whose bits depend on none of the tiles, transposes or threads), or NULL
+ * for cblas_sgemm. The sizes and the kernel set alone decide, the same in
+ * attn_matmul and attn_gemm. Where the own GEMM cannot allocate its packing
+ * buffers, that tile falls back to cblas_sgemm. */
+static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
+#if defined(__x86_64__)
+  if (m < OWN_GEMM_MIN || n < OWN_GEMM_MIN || k < OWN_GEMM_MIN) return NULL;
+  const attn_flash_kernels *set = attn_cpu_kernels();
+  if (set == &attn_kernels_avx512) return attn_sgemm_avx512;
+  if (set == &attn_kernels_avx2) return attn_sgemm_avx2;
+#else
+  (void)m, (void)n, (void)k;
+#endif
+  return NULL;
+}
+
 /* Below this many multiply-adds in all, the tiles run on the calling thread. */
 #define PARALLEL_MIN_FLOPS (64 * 64 * 64)
+
+/* The rows of the own GEMM's micro-tiles (MR of src/core/sgemm_driver.h) */
+#define OWN_GEMM_MR 6
+
+/* The own GEMM's tiles of nb [m, n] products: its bits depend on no tile,
+ * so the tiles follow the threads: columns in bands of up to TILE_N (what
+ * bounds its packing buffer), rows in as many bands of whole micro-tiles
+ * as there are threads left for each column band. Fewer, larger tiles pack
+ * a transposed B (a Linear layer's weight) fewer times. */
+static void own_tile_shape(int64_t nb, int64_t m, int64_t n, double work, int64_t *tm, int64_t *tn) {
+  int64_t panels = (m + OWN_GEMM_MR - 1) / OWN_GEMM_MR;
+  *tn = n < TILE_N ? n : TILE_N;
+  int64_t col_tiles = nb * ((n + *tn - 1) / *tn), most;
+  if (__builtin_mul_overflow(col_tiles, panels, &most)) most = INT64_MAX;
+  int threads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(most);
+  int64_t bands = col_tiles >= threads ? 1 : (threads + col_tiles - 1) / col_tiles;
+  if (bands > panels) bands = panels;
+  *tm = (panels + bands - 1) / bands * OWN_GEMM_MR;
+}
 
 attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size) {
   char b1[200], b2[200];
@@ -200,9 +245,11 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
     return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
   int64_t tm, tn;
-  tile_shape(m, n, k, &tm, &tn);
-  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
   double work = (double)nb * (double)m * (double)n * (double)k;
+  attn_sgemm_fn own = own_gemm(m, n, k);
+  if (own) own_tile_shape(nb, m, n, work, &tm, &tn);
+  else tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
   if (__builtin_mul_overflow(nb, mt * nt, &items)) items = INT64_MAX; /* never: out holds nb*m*n floats */
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -224,6 +271,7 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
       pa += oa.tr == CblasNoTrans ? r0 * oa.ld : r0; /* rows r0.. of op(a) */
       pb += ob.tr == CblasNoTrans ? c0 : c0 * ob.ld; /* columns c0.. of op(b) */
       float *pc = out->data + bi * m * n + r0 * n + c0;
+      if (own && own(oa.tr == CblasTrans, ob.tr == CblasTrans, rows, cols, k, pa, oa.ld, pb, ob.ld, pc, n)) continue;
       cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)oa.ld,
                   pb, (blasint)ob.ld, 0.0f, pc, (blasint)n);
     }
@@ -238,9 +286,11 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   if (m == 0 || n == 0) return;
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   int64_t tm, tn;
-  tile_shape(m, n, k, &tm, &tn);
-  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
   double work = (double)m * (double)n * (double)k;
+  attn_sgemm_fn own = own_gemm(m, n, k);
+  if (own) own_tile_shape(1, m, n, work, &tm, &tn);
+  else tile_shape(m, n, k, &tm, &tn);
+  int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;
   int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(items);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
@@ -254,6 +304,7 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
         for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
         continue;
       }
+      if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, c + r0 * ldc + c0, ldc)) continue;
       cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
                   (blasint)ldb, 0.0f, c + r0 * ldc + c0, (blasint)ldc);
     }

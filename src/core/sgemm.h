@@ -1,0 +1,33 @@
+/* The project's own single-precision GEMM for the products of training
+ * (Linear layers of a few hundred features over a few thousand tokens),
+ * where OpenBLAS's sgemm spends much of its time outside its inner kernel.
+ * One driver (src/core/sgemm_driver.h) compiled per instruction set with
+ * its -m flags (src/core/sgemm_avx2.c, sgemm_avx512.c), chosen with the
+ * flash kernel set (src/core/cpu.c); the scalar set (and arm64) keeps
+ * OpenBLAS.
+ *
+ * Every output element is one sum in increasing k, started from 0, with one
+ * fused multiply-add per product, whatever the tiles, the transposes, the
+ * instruction set or the thread count: the AVX2 and AVX-512 drivers give the
+ * same bits, and cutting a product into tiles changes none. Not a public
+ * header. */
+#ifndef ATTN_SGEMM_H
+#define ATTN_SGEMM_H
+
+#include <stdint.h>
+
+/* c [m, n] (row stride ldc) = op(a) [m, k] @ op(b) [k, n], row-major, op =
+ * transpose when trans_*; k >= 1. Returns 0, with c untouched, when its
+ * packing buffers cannot be allocated (the caller then uses BLAS), else 1.
+ * Single-threaded: the caller spreads tiles over threads. */
+typedef int (*attn_sgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const float *b, int64_t ldb, float *c, int64_t ldc);
+
+#if defined(__x86_64__)
+int attn_sgemm_avx2(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, int64_t ldb, float *c, int64_t ldc);
+int attn_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc);
+#endif
+
+#endif
