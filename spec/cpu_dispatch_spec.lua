@@ -68,39 +68,9 @@ print("END")
 local NAMES = {"plain", "causal", "causal_rect", "mask", "bias", "e1", "peaked", "dropout", "rows48", "rows32",
   "decode", "decode_gqa", "decode_e64", "decode_gqa4", "decode_tiles"}
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
-local script = tmp .. "/child.lua"
-do
-  local f = assert(io.open(script, "w"))
-  f:write(CHILD)
-  f:close()
-end
-
--- run the child with ATTN_CPU=choice and OMP_NUM_THREADS=threads into its own
--- directory (once: later calls return that directory)
-local child_dirs = {}
-local function run_child(choice, threads)
-  local dir = ("%s/%s_%d"):format(tmp, choice, threads)
-  if child_dirs[dir] then return dir end
-  assert(os.execute("mkdir -p " .. dir))
-  local p = assert(io.popen(("ATTN_CPU=%s OMP_NUM_THREADS=%d scripts/attn-lua %s %s 2>&1"):format(choice, threads,
-    script, dir)))
-  local text = p:read("a")
-  p:close()
-  assert(text:find("\nEND\n", 1, true), ("child ATTN_CPU=%s failed: %s"):format(choice, text:sub(1, 400)))
-  assert.are.equal(choice, text:match("^([^\n]*)"), "the child ran another kernel set")
-  child_dirs[dir] = true
-  return dir
-end
-
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- each (ATTN_CPU, thread count) runs the child once, in its own process
+local sets = require("support.kernel_sets").new(CHILD)
+local run_child, read_bytes = sets.run, sets.read_bytes
 
 -- |a - b| <= 2e-6 (|b| + scale) elementwise, scale = max |b| (the outputs are
 -- weighted means of v, so an error is relative to the values' size)
@@ -257,4 +227,4 @@ describe("ATTN_CPU=avx2 and avx512", function()
 end)
 
 -- leave no temporary files behind
-teardown(function() os.execute("rm -rf '" .. tmp .. "'") end)
+teardown(sets.cleanup)

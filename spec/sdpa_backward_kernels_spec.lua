@@ -55,37 +55,9 @@ for _, c in ipairs(CASES) do
   for _, g in ipairs {"dq", "dk", "dv"} do NAMES[#NAMES + 1] = c .. "." .. g end
 end
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
-local script = tmp .. "/child.lua"
-do
-  local f = assert(io.open(script, "w"))
-  f:write(CHILD)
-  f:close()
-end
-
-local child_dirs = {}
-local function run_child(choice, threads)
-  local dir = ("%s/%s_%d"):format(tmp, choice, threads)
-  if child_dirs[dir] then return dir end
-  assert(os.execute("mkdir -p " .. dir))
-  local p = assert(io.popen(("ATTN_CPU=%s OMP_NUM_THREADS=%d scripts/attn-lua %s %s 2>&1"):format(choice, threads,
-    script, dir)))
-  local text = p:read("a")
-  p:close()
-  assert(text:find("\nEND\n", 1, true), ("child ATTN_CPU=%s failed: %s"):format(choice, text:sub(1, 400)))
-  assert.are.equal(choice, text:match("^([^\n]*)"), "the child ran another kernel set")
-  child_dirs[dir] = true
-  return dir
-end
-
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- each (ATTN_CPU, thread count) runs the child once, in its own process
+local sets = require("support.kernel_sets").new(CHILD)
+local run_child, read_bytes = sets.run, sets.read_bytes
 
 -- |a - b| <= rel (|b| + max |b|) elementwise
 local function within(x, y, rel, what)
@@ -199,4 +171,4 @@ describe("the backward's micro-kernel sets", function()
   end)
 end)
 
-teardown(function() os.execute("rm -rf '" .. tmp .. "'") end)
+teardown(sets.cleanup)
