@@ -16,8 +16,7 @@
 # which the C fuzzer links too), src/binding/ the Lua binding (core.so = the
 # binding + that library), lua/attn/ the Lua layer.
 # Portable: no -m flag reaches the core. On x86-64 only src/core/kernels_avx2.c,
-# src/core/kernels_avx512.c, the backward's kernels_bwd_avx2.c, kernels_bwd_avx512.c
-# and the GEMMs (src/core/sgemm_avx2.c, sgemm_avx512.c)
+# src/core/kernels_avx512.c and the GEMMs' kernels_gemm_avx2.c, kernels_gemm_avx512.c
 # get -mavx2 -mfma / -mavx512f -mfma, and src/core/cpu.c picks
 # one kernel set at load from cpuid (ATTN_CPU=scalar|avx2|avx512 forces one);
 # elsewhere (arm64) the scalar kernels alone are built. OpenBLAS is found with
@@ -42,17 +41,14 @@ INST_BINDIR ?= $(PREFIX)/bin
 
 # Per-instruction-set kernel files: built, with their flags, on x86-64 only.
 TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
-ISA_SRC := src/core/kernels_avx2.c src/core/kernels_avx512.c src/core/kernels_bwd_avx2.c src/core/kernels_bwd_avx512.c \
-           src/core/sgemm_avx2.c src/core/sgemm_avx512.c
+ISA_SRC := src/core/kernels_avx2.c src/core/kernels_avx512.c src/core/kernels_gemm_avx2.c src/core/kernels_gemm_avx512.c
 ifeq ($(filter x86_64-%,$(TARGET_MACHINE)),)
 SKIP_SRC := $(ISA_SRC)
 endif
 FLAGS_kernels_avx2   = -mavx2 -mfma
 FLAGS_kernels_avx512 = -mavx512f -mfma
-FLAGS_kernels_bwd_avx2   = -mavx2 -mfma
-FLAGS_kernels_bwd_avx512 = -mavx512f -mfma
-FLAGS_sgemm_avx2     = -mavx2 -mfma
-FLAGS_sgemm_avx512   = -mavx512f -mfma
+FLAGS_kernels_gemm_avx2   = -mavx2 -mfma
+FLAGS_kernels_gemm_avx512 = -mavx512f -mfma
 
 WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
 CFLAGS  ?= -O2 -g

@@ -1,6 +1,6 @@
 /* The attention backward's products (src/core/sdpa_backward.c), one set per
  * instruction set: src/core/kernels_bwd_scalar.c (plain C, every CPU),
- * kernels_bwd_avx2.c and kernels_bwd_avx512.c (register-blocked FMA
+ * kernels_gemm_avx2.c and kernels_gemm_avx512.c (register-blocked FMA
  * micro-kernels; only those two files get -m flags). The set follows the
  * flash kernel set src/core/cpu.c chose (ATTN_CPU included), so one process
  * runs one instruction set everywhere.

@@ -87,7 +87,7 @@ static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
 /* Below this many multiply-adds in all, the tiles run on the calling thread. */
 #define PARALLEL_MIN_FLOPS (64 * 64 * 64)
 
-/* The rows of the own GEMM's micro-tiles (MR of src/core/sgemm_driver.h) */
+/* The rows of the own GEMM's micro-tiles (MR of src/core/kernels_gemm_avx2.c and kernels_gemm_avx512.c) */
 #define OWN_GEMM_MR 6
 
 /* The own GEMM's tiles of nb [m, n] products: its bits depend on no tile,

@@ -48,7 +48,7 @@
  * head are the sums of its g query heads' terms, written at slice bi / g
  * ([B..., Hkv, Lk, E], no per-query-head copy).
  * Products: the instruction set's micro-kernels (src/core/kernels_bwd.h:
- * kernels_bwd_avx512.c, kernels_bwd_avx2.c, kernels_bwd_scalar.c, the set
+ * kernels_gemm_avx512.c, kernels_gemm_avx2.c, kernels_bwd_scalar.c, the set
  * that goes with the flash kernel set src/core/cpu.c chose), or direct loops
  * for tiny ones (src/core/small_gemm.h; the sizes choose, not the threads).
  * One contract serves all five: C (+)= alpha sum_l a(i, l) B[l, :], A's

@@ -1,8 +1,9 @@
 /* The project's own single-precision GEMM for the products of training
  * (Linear layers of a few hundred features over a few thousand tokens),
  * where OpenBLAS's sgemm spends much of its time outside its inner kernel.
- * One driver (src/core/sgemm_driver.h) compiled per instruction set with
- * its -m flags (src/core/sgemm_avx2.c, sgemm_avx512.c), chosen with the
+ * One driver (src/core/sgemm_driver.h) over the backward's micro-tiles
+ * (src/core/kernel_gemm.h), compiled per instruction set with its -m flags
+ * (src/core/kernels_gemm_avx2.c, kernels_gemm_avx512.c), chosen with the
  * flash kernel set (src/core/cpu.c); the scalar set (and arm64) keeps
  * OpenBLAS.
  *

@@ -1,12 +1,15 @@
-/* The attention backward's products for AVX2 + FMA (src/core/kernels_bwd.h);
- * this file alone of the backward is compiled with -mavx2 -mfma.
+/* The GEMMs for AVX2 + FMA: the attention backward's products
+ * (src/core/kernels_bwd.h) and the training GEMM (src/core/sgemm.h,
+ * its driver src/core/sgemm_driver.h); this file alone of them is compiled
+ * with -mavx2 -mfma.
  * Micro-tile: 6 rows x 2 vectors (16 columns): 12 accumulators, 2 vectors
  * of B and a broadcast fill 15 of the 16 registers; 12 FMAs per 2 loads of
  * B and 6 broadcasts of A. Each sum as the AVX-512
- * set's (src/core/kernel_bwd_gemm.h), so the two sets give the same bits. */
+ * set's (src/core/kernel_gemm.h), so the two sets give the same bits. */
 #include <immintrin.h>
 
 #include "kernels_bwd.h"
+#include "sgemm.h"
 
 #define VEC __m256
 #define VW 8
@@ -28,6 +31,9 @@ static inline __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 static inline __m256 vmul_nz(__m256 p, __m256 x) {
   return _mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ), _mm256_mul_ps(p, x));
 }
-#include "kernel_bwd_gemm.h"
+#include "kernel_gemm.h"
 
 const attn_bwd_kernels attn_bwd_kernels_avx2 = {"avx2", bwd_gemm, bwd_ds_rows};
+
+#define SGEMM_NAME attn_sgemm_avx2
+#include "sgemm_driver.h"

@@ -1,13 +1,16 @@
-/* The attention backward's products for AVX-512F (src/core/kernels_bwd.h);
- * this file alone of the backward is compiled with -mavx512f (and -mfma).
+/* The GEMMs for AVX-512F: the attention backward's products
+ * (src/core/kernels_bwd.h) and the training GEMM (src/core/sgemm.h,
+ * its driver src/core/sgemm_driver.h); this file alone of them is compiled
+ * with -mavx512f (and -mfma).
  * Micro-tile: 6 rows x 4 vectors (64 columns, E = 64 in one tile): 24
  * accumulators of the 32 registers, 24 FMAs per 4 loads of B and 6
  * broadcasts of A, enough independent chains to cover the FMA latency on
- * two ports. Each sum as the AVX2 set's (src/core/kernel_bwd_gemm.h), so the
+ * two ports. Each sum as the AVX2 set's (src/core/kernel_gemm.h), so the
  * two sets give the same bits. */
 #include <immintrin.h>
 
 #include "kernels_bwd.h"
+#include "sgemm.h"
 
 #define VEC __m512
 #define VW 16
@@ -30,6 +33,9 @@ static inline __m512 vsub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
 static inline __m512 vmul_nz(__m512 p, __m512 x) {
   return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ), p, x);
 }
-#include "kernel_bwd_gemm.h"
+#include "kernel_gemm.h"
 
 const attn_bwd_kernels attn_bwd_kernels_avx512 = {"avx512", bwd_gemm, bwd_ds_rows};
+
+#define SGEMM_NAME attn_sgemm_avx512
+#include "sgemm_driver.h"

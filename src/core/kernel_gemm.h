@@ -1,5 +1,7 @@
-/* The gemm driver of the vector backward sets (src/core/kernels_bwd.h),
- * included by kernels_bwd_avx2.c and kernels_bwd_avx512.c after they define
+/* The register-blocked GEMM of the vector sets: the backward's products
+ * (src/core/kernels_bwd.h) and, per block of k, the training GEMM
+ * (src/core/sgemm_driver.h). Included by kernels_gemm_avx2.c and
+ * kernels_gemm_avx512.c after they define
  *   VEC, VW (floats per vector), MR (rows of a micro-tile), NV (vectors of
  *   columns of a micro-tile), vzero(), vset1(x), vload(p), vload_n(p, n)
  *   (the first n lanes, 0 in the others), vstore(p, x), vstore_n(p, x, n),
@@ -9,22 +11,30 @@
  * vectors of B's row l and one broadcast of A per row. Every element's sum
  * runs in increasing l from 0, one vfma per product, whatever the tile
  * (a tail tile only has fewer rows or columns): the bits depend on k alone.
+ * With load_c the accumulators start from C instead of 0 (alpha 1, no
+ * accumulate): a product cut along k continues each element's one chain of
+ * fused steps, so it gives the bits of the uncut one.
  * Not a public header. */
-#ifndef ATTN_KERNEL_BWD_GEMM_H
-#define ATTN_KERNEL_BWD_GEMM_H
+#ifndef ATTN_KERNEL_GEMM_H
+#define ATTN_KERNEL_GEMM_H
 
 /* mr rows x nv vectors (the last one nlast lanes when tail), constant mr,
  * nv, tail and unit (sai == 1) after inlining, so the accumulators stay in
  * registers and A's broadcasts use constant offsets where they can. */
-static inline __attribute__((always_inline)) void bwd_tile(const int unit, const int mr, const int nv, const int tail,
-                                                           int64_t nlast, int64_t k, const float *a, int64_t sai,
-                                                           int64_t sal, const float *b, int64_t ldb, float alpha,
-                                                           float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void gemm_tile(const int unit, const int load_c, const int mr, const int nv,
+                                                            const int tail, int64_t nlast, int64_t k, const float *a,
+                                                            int64_t sai, int64_t sal, const float *b, int64_t ldb,
+                                                            float alpha, float *c, int64_t ldc, int accumulate) {
   VEC acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    for (int v = 0; v < NV; v++) {
+      if (load_c && r < mr && v < nv)
+        acc[r][v] = tail && v == nv - 1 ? vload_n(c + r * ldc + v * VW, nlast) : vload(c + r * ldc + v * VW);
+      else
+        acc[r][v] = vzero();
+    }
   const int64_t si = unit ? 1 : sai;
   for (int64_t l = 0; l < k; l++) {
     const float *bl = b + l * ldb;
@@ -54,7 +64,7 @@ static inline __attribute__((always_inline)) void bwd_tile(const int unit, const
 #pragma GCC unroll 8
     for (int v = 0; v < NV; v++) {
       if (v >= nv) break;
-      VEC x = vmul(al, acc[r][v]);
+      VEC x = load_c ? acc[r][v] : vmul(al, acc[r][v]);
       if (tail && v == nv - 1) {
         if (accumulate) x = vadd(vload_n(cr + v * VW, nlast), x);
         vstore_n(cr + v * VW, x, nlast);
@@ -67,19 +77,20 @@ static inline __attribute__((always_inline)) void bwd_tile(const int unit, const
 }
 
 /* Every row of one column block: MR rows at a time, then the rest. */
-static inline __attribute__((always_inline)) void bwd_rows(const int unit, const int nv, const int tail, int64_t nlast,
-                                                           int64_t m, int64_t k, const float *a, int64_t sai,
-                                                           int64_t sal, const float *b, int64_t ldb, float alpha,
-                                                           float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void gemm_rows(const int unit, const int load_c, const int nv,
+                                                            const int tail, int64_t nlast, int64_t m, int64_t k,
+                                                            const float *a, int64_t sai, int64_t sal, const float *b,
+                                                            int64_t ldb, float alpha, float *c, int64_t ldc,
+                                                            int accumulate) {
   int64_t i = 0;
   for (; i + MR <= m; i += MR)
-    bwd_tile(unit, MR, nv, tail, nlast, k, a + i * sai, sai, sal, b, ldb, alpha, c + i * ldc, ldc, accumulate);
+    gemm_tile(unit, load_c, MR, nv, tail, nlast, k, a + i * sai, sai, sal, b, ldb, alpha, c + i * ldc, ldc, accumulate);
   if (i == m) return;
   const float *ai = a + i * sai;
   float *ci = c + i * ldc;
   switch ((int)(m - i)) { /* a constant mr for each tail height */
 #define ROWS(h) \
-  case h: bwd_tile(unit, h, nv, tail, nlast, k, ai, sai, sal, b, ldb, alpha, ci, ldc, accumulate); break;
+  case h: gemm_tile(unit, load_c, h, nv, tail, nlast, k, ai, sai, sal, b, ldb, alpha, ci, ldc, accumulate); break;
     ROWS(1)
 #if MR > 2
     ROWS(2)
@@ -106,20 +117,20 @@ static inline __attribute__((always_inline)) void bwd_rows(const int unit, const
 
 /* Column blocks of NV vectors, then one block of the columns left (its last
  * vector partial unless they fill it). */
-static inline __attribute__((always_inline)) void bwd_gemm_impl(const int unit, int64_t m, int64_t n, int64_t k,
-                                                                const float *a, int64_t sai, int64_t sal,
-                                                                const float *b, int64_t ldb, float alpha, float *c,
-                                                                int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void gemm_blocks(const int unit, const int load_c, int64_t m, int64_t n,
+                                                              int64_t k, const float *a, int64_t sai, int64_t sal,
+                                                              const float *b, int64_t ldb, float alpha, float *c,
+                                                              int64_t ldc, int accumulate) {
   int64_t j = 0;
   for (; j + NV * VW <= n; j += NV * VW)
-    bwd_rows(unit, NV, 0, VW, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate);
+    gemm_rows(unit, load_c, NV, 0, VW, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate);
   if (j == n) return;
   int64_t rest = n - j;
   int nv = (int)((rest + VW - 1) / VW);
   int64_t nlast = rest - (int64_t)(nv - 1) * VW;
   switch (nv) { /* a constant nv for each tail width */
 #define COLS(w) \
-  case w: bwd_rows(unit, w, 1, nlast, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate); break;
+  case w: gemm_rows(unit, load_c, w, 1, nlast, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate); break;
     COLS(1)
 #if NV > 1
     COLS(2)
@@ -139,9 +150,9 @@ static void bwd_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t sa
                      int64_t ldb, float alpha, float *c, int64_t ldc, int accumulate) {
   if (m <= 0 || n <= 0) return;
   if (sai == 1)
-    bwd_gemm_impl(1, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
+    gemm_blocks(1, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
   else
-    bwd_gemm_impl(0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
+    gemm_blocks(0, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
 }
 
 /* dS = P * (dW - D) row by row, 0 where P is (src/core/kernels_bwd.h). */
