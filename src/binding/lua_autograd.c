@@ -105,11 +105,62 @@ static int autograd_inputs(lua_State *L) {
   return 3;
 }
 
-/* _autograd_outputs(history, node, inputs, nondiff, dirty, results): gives each
- * tensor of results[2 .. results.n] (a pcall's packed results) that is not
- * marked non-differentiable (nondiff[t]) and not an input (the first input
- * may be returned by an in-place op, `dirty`) a slot of node: node._shapes[slot]
- * = its sizes, history[t] = {node = node, slot = slot}. Sets node._nout. */
+/* Gives each tensor of the results at stack slots first..last that is not
+ * marked non-differentiable (nondiff[t], nondiff at stack slot `nondiff`, 0
+ * for none) and not an input (the table of inputs at `inputs`; the first
+ * input may be returned by an in-place op, `dirty`) a slot of the node at
+ * `node`: node._shapes[slot] = its sizes, history[t] = its edge. The edge of
+ * slot 1 is the node itself (its fields node = itself, slot = 1, set by the
+ * Lua layer): no table per recorded call for the usual single output; slot
+ * s > 1 gets {node = node, slot = s}. Sets node._nout. */
+static void give_slots(lua_State *L, int history, int node, int inputs, int nondiff, int dirty, int first, int last) {
+  lua_Integer ninputs = (lua_Integer)lua_rawlen(L, inputs);
+  lua_createtable(L, last >= first ? last - first + 1 : 0, 0); /* shapes */
+  int shapes = lua_gettop(L);
+  lua_Integer slots = 0;
+  for (int i = first; i <= last; i++) {
+    if (!is_tensor_at(L, i)) continue;
+    int skip = 0;
+    if (nondiff) {
+      lua_pushvalue(L, i);
+      skip = lua_rawget(L, nondiff) != LUA_TNIL && lua_toboolean(L, -1);
+      lua_pop(L, 1);
+    }
+    int dirty_result = 0; /* the in-place op's own tensor: a new slot, whatever else it is */
+    if (dirty) {
+      lua_rawgeti(L, inputs, 1);
+      dirty_result = lua_rawequal(L, -1, i);
+      lua_pop(L, 1);
+    }
+    for (lua_Integer k = 1; !skip && !dirty_result && k <= ninputs; k++) {
+      lua_rawgeti(L, inputs, k);
+      skip = lua_rawequal(L, -1, i);
+      lua_pop(L, 1);
+    }
+    if (skip) continue;
+    slots++;
+    attnL_push_sizes(L, lua_touserdata(L, i));
+    lua_rawseti(L, shapes, slots);
+    lua_pushvalue(L, i);
+    if (slots == 1) {
+      lua_pushvalue(L, node);
+    } else {
+      lua_createtable(L, 0, 2);
+      lua_pushvalue(L, node);
+      lua_setfield(L, -2, "node");
+      lua_pushinteger(L, slots);
+      lua_setfield(L, -2, "slot");
+    }
+    lua_rawset(L, history);
+  }
+  lua_setfield(L, node, "_shapes");
+  lua_pushinteger(L, slots);
+  lua_setfield(L, node, "_nout");
+}
+
+/* _autograd_outputs(history, node, inputs, nondiff, dirty, results): the
+ * slots (give_slots) of the tensors of results[2 .. results.n] (a pcall's
+ * packed results). */
 static int autograd_outputs(lua_State *L) {
   lua_settop(L, 6);
   check_table_arg(L, 1, AG, "history");
@@ -120,49 +171,33 @@ static int autograd_outputs(lua_State *L) {
   lua_getfield(L, 6, "n");
   lua_Integer n = lua_tointeger(L, -1);
   lua_pop(L, 1);
-  lua_Integer ninputs = (lua_Integer)lua_rawlen(L, 3);
-  lua_createtable(L, n > 1 ? (int)(n - 1) : 0, 0); /* shapes, at 7 */
-  lua_Integer slots = 0;
-  for (lua_Integer i = 2; i <= n; i++) {
-    lua_rawgeti(L, 6, i); /* at 8 */
-    if (is_tensor_at(L, 8)) {
-      int skip = 0;
-      if (has_nondiff) {
-        lua_pushvalue(L, 8);
-        skip = lua_rawget(L, 4) != LUA_TNIL && lua_toboolean(L, -1);
-        lua_pop(L, 1);
-      }
-      int dirty_result = 0; /* the in-place op's own tensor: a new slot, whatever else it is */
-      if (dirty) {
-        lua_rawgeti(L, 3, 1);
-        dirty_result = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      for (lua_Integer k = 1; !skip && !dirty_result && k <= ninputs; k++) {
-        lua_rawgeti(L, 3, k);
-        skip = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      if (!skip) {
-        slots++;
-        const attn_tensor *t = lua_touserdata(L, 8);
-        attnL_push_sizes(L, t);
-        lua_rawseti(L, 7, slots);
-        lua_pushvalue(L, 8);
-        lua_createtable(L, 0, 2);
-        lua_pushvalue(L, 2);
-        lua_setfield(L, -2, "node");
-        lua_pushinteger(L, slots);
-        lua_setfield(L, -2, "slot");
-        lua_rawset(L, 1);
-      }
-    }
-    lua_pop(L, 1);
-  }
-  lua_setfield(L, 2, "_shapes");
-  lua_pushinteger(L, slots);
-  lua_setfield(L, 2, "_nout");
+  luaL_checkstack(L, n > 1 ? (int)n + 4 : 4, "too many results");
+  for (lua_Integer i = 2; i <= n; i++) lua_rawgeti(L, 6, i);
+  give_slots(L, 1, 2, 3, has_nondiff ? 4 : 0, dirty, 7, lua_gettop(L));
   return 0;
+}
+
+/* _autograd_finish(history, node, inputs, ...): the slots (give_slots) of
+ * the tensors among the results `...` of a forward that writes no input in
+ * place (its non-differentiable outputs are node._nondiff); returns the
+ * results, so that a recorded call ends in one call, without packing them. */
+static int autograd_finish(lua_State *L) {
+  int n = lua_gettop(L);
+  check_table_arg(L, 1, AG, "history");
+  check_table_arg(L, 2, AG, "node");
+  check_table_arg(L, 3, AG, "inputs");
+  lua_getfield(L, 2, "_nondiff");
+  int nondiff = lua_type(L, -1) == LUA_TTABLE ? n + 1 : 0;
+  give_slots(L, 1, 2, 3, nondiff, 0, 4, n);
+  lua_settop(L, n);
+  return n - 3;
+}
+
+/* _autograd_heap_kb(): Lua's heap in KiB (collectgarbage("count"), without
+ * its option lookup: the backward walk asks after every node). */
+static int autograd_heap_kb(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) + (lua_Number)lua_gc(L, LUA_GCCOUNTB, 0) / 1024.0);
+  return 1;
 }
 
 /* _autograd_save(...): {n = n, the n values, then at n + i the version of
@@ -255,6 +290,7 @@ static int autograd_fresh(lua_State *L) {
 static const luaL_Reg autograd_funcs[] = {
   {"_autograd_stale", autograd_stale}, {"_autograd_wrote", autograd_wrote}, {"_autograd_fresh", autograd_fresh},
   {"_autograd_inputs", autograd_inputs}, {"_autograd_outputs", autograd_outputs},
+  {"_autograd_finish", autograd_finish}, {"_autograd_heap_kb", autograd_heap_kb},
   {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
   {"_autograd_same_size", autograd_same_size}, {NULL, NULL}};
 

@@ -228,7 +228,7 @@ local function total(opname, name_all, name_dim, scale)
       if ctx.dim == nil and not ctx.count then
         -- a whole sum: g's one value everywhere, in one call (expand and
         -- contiguous are two and a view); a NaN keeps the copy, bit for bit
-        local v = g:item()
+        local v = raw.item(g)
         if v == v then return raw_full(ctx.shape, v) end
       end
       local gx = unreduce(g, ctx.dim, ctx.keepdim, ctx.shape)

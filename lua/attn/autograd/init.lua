@@ -22,7 +22,10 @@
 -- is an error at backward, naming the saving node and the writer.
 -- @module attn.autograd
 local core = require "attn.core"
-local Tensor = core.Tensor
+local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
+local getmetatable = getmetatable
+-- the methods themselves: a t:size() goes through the tensor's __index first
+local t_numel, t_size = Tensor.numel, Tensor.size
 local version_of = core._version
 local raw_zeros, raw_ones = core.zeros, core.ones
 -- Tensor:add_ before attn.autograd.derivatives records it: what the recorded
@@ -132,6 +135,11 @@ local autograd_inputs, autograd_outputs = core._autograd_inputs, core._autograd_
 local autograd_save, autograd_changed = core._autograd_save, core._autograd_changed
 local history_stale, history_wrote, history_fresh = core._autograd_stale, core._autograd_wrote, core._autograd_fresh
 local same_size = core._autograd_same_size
+local autograd_finish, heap_kb = core._autograd_finish, core._autograd_heap_kb
+
+-- closed when a recorded call's forward returns or raises in the main
+-- thread: recording back on (it was on, or the call would not record)
+local RESTORE_MAIN_MODE = setmetatable({}, { __close = function() main_mode = true end })
 
 --- A recorded operation (`t.grad_fn`): `node:name()` is PyTorch 1.13's name of
 -- the node for the same computation ("MmBackward0").
@@ -174,7 +182,7 @@ function Node:saved()
       .. "they have been freed): " .. self._name .. "'s saved tensors were freed by the first backward; "
       .. "pass {retain_graph = true} to the first backward (or autograd.grad) to keep them", 0)
   end
-  if saved == nil then return end
+  if not saved then return end
   local i = autograd_changed(saved)
   if i then
     local t = saved[i]
@@ -275,6 +283,8 @@ function M.Function(def)
   local name_of = type(name) == "function" and name or nil
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
+  -- neither writes an input in place nor returns a view: its outputs need nothing after autograd_finish
+  local simple = not dirty and not is_view
   local recorded
   recorded = function(...)
     local on = main_mode
@@ -300,12 +310,29 @@ function M.Function(def)
         error(fname .. ": " .. VIEW_REBASE, 2)
       end
     end
-    -- every field the bookkeeping sets exists from the start: no rehash as they arrive
+    -- every field the bookkeeping sets exists from the start, and room for a
+    -- few of the forward's own (ctx.shape...): no rehash as they arrive.
+    -- node, slot: the node is its own first output's history entry ({node, slot})
     local node = setmetatable({ _name = name, _def = def, needs_input_grad = needs, _edges = edges, _nout = 0,
-                                _shapes = false }, Node)
+                                _shapes = false, _saved = false, node = false, slot = 1 }, Node)
+    node.node = node
     -- forward runs with recording off in this coroutine (set_mode and
     -- restore_mode inlined: this is every recorded call's path)
     local co, is_main = running()
+    if simple and is_main then
+      -- the common case, without a pcall and a table of results: the name
+      -- first (a name function that raises on these arguments goes the
+      -- general way below, where the forward's own error comes first), grad
+      -- mode restored by the to-be-closed variable also when forward raises
+      if name_of then
+        local ok, nm = pcall(name_of, ...)
+        if ok then node._name = nm else goto general end
+      end
+      main_mode = false
+      local _ <close> = RESTORE_MAIN_MODE
+      return autograd_finish(history, node, inputs, forward(node, ...))
+    end
+    ::general::
     local prev
     if is_main then main_mode = false else prev = modes[co]; modes[co] = false; any_own = true end
     local r = pack(pcall(forward, node, ...))
@@ -433,19 +460,27 @@ end
 local GC_GROWTH, GC_MIN_KB = 1.03, 512
 local collect = collectgarbage
 
+-- how many values, and the first: a backward's results without a table
+local function count_first(...) return select_("#", ...), (...) end
+
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
-  local heap_kb = collect("count")
-  local gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
+  local heap = heap_kb()
+  local gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
   while ready[head] do
     local node = ready[head]
     ready[head] = nil
     head = head + 1
-    local nout, backward, r = node._nout, node._def.backward, nil
+    local nout, backward, edges = node._nout, node._def.backward, node._edges
+    local nedges = #edges
+    -- r: the backward's results as a list; for a node of one input, its
+    -- one gradient g1 and no table (r = nil)
+    local r, n1, g1
     if nout == 1 then
-      local g = slot_grad(buffers[node], node, 1, capture, results)
+      local g = buffers[node]
+      if capture or g == nil then g = slot_grad(g, node, 1, capture, results) end
       buffers[node] = nil
-      r = pack(backward(node, g))
+      if nedges == 1 then n1, g1 = count_first(backward(node, g)) else r = pack(backward(node, g)) end
     else
       local b = buffers[node] or {}
       buffers[node] = nil
@@ -453,13 +488,17 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       for s = 1, nout do gs[s] = slot_grad(b[s], node, s, capture, results) end
       r = pack(backward(node, unpack(gs, 1, nout)))
     end
-    if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
-    local edges = node._edges
-    for i = 1, #edges do
-      local e, g = edges[i], r[i]
+    if r then
+      if r.n == 1 and type_(r[1]) == "table" and getmetatable(r[1]) ~= Tensor_mt then r = r[1] end
+    elseif n1 == 1 and type_(g1) == "table" and getmetatable(g1) ~= Tensor_mt then
+      g1 = g1[1]
+    end
+    for i = 1, nedges do
+      local e, g = edges[i], nil
+      if r then g = r[i] else g = g1 end
       local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
       if e and g ~= nil then
-        if not is_tensor(g) then
+        if getmetatable(g) ~= Tensor_mt then
           error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
             :format(node._name, type_(g), i), 0)
         end
@@ -489,11 +528,11 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
         end
       end
     end
-    if not retain and node._saved ~= nil then node._saved = RELEASED end
-    if collect("count") > gc_at then
+    if not retain and node._saved then node._saved = RELEASED end
+    if heap_kb() > gc_at then
       collect()
-      heap_kb = collect("count")
-      gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
+      heap = heap_kb()
+      gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
     end
   end
 end
@@ -502,30 +541,48 @@ end
 -- their gradients. capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
 local function run(fname, roots, root_grads, retain, capture, results)
-  -- discover the nodes reachable from the roots, counting the edges into each
-  local deps, order, seen = {}, {}, {}
-  local stack = {}
-  for _, t in ipairs(roots) do
-    local h = history[t]
-    if type_(h) == "table" and not seen[h.node] then
-      seen[h.node] = true
-      stack[#stack + 1] = h.node
+  -- discover the nodes reachable from the roots, counting the edges into
+  -- each: deps[node] is nil for a node not yet seen (one table for both)
+  local deps, stack, top = {}, {}, 0
+  local nroots = #roots
+  for i = 1, nroots do
+    local h = history[roots[i]]
+    if type_(h) == "table" and not deps[h.node] then
+      deps[h.node] = 0
+      top = top + 1
+      stack[top] = h.node
     end
   end
-  while #stack > 0 do
-    local node = stack[#stack]
-    stack[#stack] = nil
-    order[#order + 1] = node
+  local ready, tail = {}, 0
+  -- the roots' nodes that no other node feeds, last root first (the order
+  -- the walk has always taken them in)
+  for i = 1, top do ready[i] = stack[top - i + 1] end
+  local nready = top
+  while top > 0 do
+    local node = stack[top]
+    stack[top] = nil
+    top = top - 1
     local edges = node._edges
     for i = 1, #edges do
       local e = edges[i]
       if type_(e) == "table" then
-        deps[e.node] = (deps[e.node] or 0) + 1
-        if not seen[e.node] then
-          seen[e.node] = true
-          stack[#stack + 1] = e.node
+        local to = e.node
+        local d = deps[to]
+        if d == nil then
+          top = top + 1
+          stack[top] = to
+          d = 0
         end
+        deps[to] = d + 1
       end
+    end
+  end
+  for i = 1, nready do -- kept in place: tail <= i
+    local node = ready[i]
+    ready[i] = nil
+    if deps[node] == 0 then
+      tail = tail + 1
+      ready[tail] = node
     end
   end
   local buffers = {}
@@ -535,13 +592,6 @@ local function run(fname, roots, root_grads, retain, capture, results)
       to_leaf(t, root_grads[i], capture, results)
     elseif h then
       add_to(buffers, h.node, h.slot, root_grads[i])
-    end
-  end
-  local ready, tail = {}, 0
-  for _, node in ipairs(order) do
-    if not deps[node] then
-      tail = tail + 1
-      ready[tail] = node
     end
   end
   local co, is_main, prev = set_mode(false)
@@ -555,11 +605,11 @@ end
 
 local function check_grad_arg(fname, t, g, i)
   if g == nil then
-    if t:numel() ~= 1 then
+    if t_numel(t) ~= 1 then
       error(("%s: grad can be implicitly created only for one-element outputs (got shape %s); pass a gradient "
         .. "of that shape"):format(fname, shape_str(t:size())), 3)
     end
-    return raw_ones(t:size())
+    return raw_ones(t_size(t))
   end
   if not is_tensor(g) then
     error(("%s: bad argument #%d 'gradient' (expected attn.Tensor or nil, got %s)"):format(fname, i, type_(g)), 3)
