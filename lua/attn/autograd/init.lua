@@ -9,7 +9,8 @@
 -- Where the state lives: three weak-keyed tables keyed by tensor (never
 -- fields of the userdata, so tensors that never meet autograd pay nothing):
 --   history[t] = true for a leaf that requires grad, or the edge {node, slot}
---                that produced t;
+--                that produced t (for a node's first output, the node itself:
+--                its fields node and slot make it one);
 --   grads[t]   = t.grad;
 --   view_base[t] = the tensor a recorded view was taken of;
 --   view_replay[t] = for a recorded view, how to redo it (recorded) from its
@@ -136,6 +137,15 @@ local autograd_save, autograd_changed = core._autograd_save, core._autograd_chan
 local history_stale, history_wrote, history_fresh = core._autograd_stale, core._autograd_wrote, core._autograd_fresh
 local same_size = core._autograd_same_size
 local autograd_finish, heap_kb = core._autograd_finish, core._autograd_heap_kb
+local shape_sizes = core._autograd_sizes
+
+-- the key of the sizes of output slot s of node (a string; shape_sizes
+-- gives the list): a node of one output keeps the key itself
+local function slot_shape(node, s)
+  local shapes = node._shapes
+  if type(shapes) == "string" then return shapes end
+  return shapes[s]
+end
 
 -- closed when a recorded call's forward returns or raises in the main
 -- thread: recording back on (it was on, or the call would not record)
@@ -147,8 +157,10 @@ local RESTORE_MAIN_MODE = setmetatable({}, { __close = function() main_mode = tr
 -- forward and backward get. Its fields: _name, _def, needs_input_grad,
 -- _edges (per tensor input: the history entry {node, slot} of the input,
 -- the input itself for a leaf, false without history), _nout and _shapes
--- (the sizes of each differentiable output), _saved (what save_for_backward
--- kept, with the versions), _nondiff.
+-- (the sizes of the differentiable outputs as keys (slot_shape): the one
+-- key, or a table of them for several), _saved (what save_for_backward
+-- kept, with the versions, or false), _nondiff; node and slot: the node is
+-- the history entry of its first output (of others, {node, slot}).
 local Node = {}
 Node.__index = Node
 Node.__name = "attn.autograd.Node"
@@ -185,14 +197,14 @@ function Node:saved()
   if not saved then return end
   local i = autograd_changed(saved)
   if i then
-    local t = saved[i]
+    local t = saved[1 + i]
     local v, writer = version_of(t)
     error(("attn.autograd: a tensor of shape %s saved by %s for its backward was modified in place by %s "
       .. "(it is at version %d; %s expected version %d): clone it before the in-place operation, or do "
       .. "the operation out of place"):format(shape_str(t:size()), self._name, writer or "an in-place operation",
-      v, self._name, saved[saved.n + i]), 0)
+      v, self._name, saved[1 + saved[1] + i]), 0)
   end
-  return table.unpack(saved, 1, saved.n)
+  return table.unpack(saved, 2, saved[1] + 1)
 end
 
 --- Mark outputs (indices) that have no gradient.
@@ -440,7 +452,7 @@ local function slot_grad(g, node, s, capture, results)
     local k = cs and cs[s]
     if k then results[k] = g end
   end
-  if g == nil then g = raw_zeros(node._shapes[s]) end
+  if g == nil then g = raw_zeros(shape_sizes(slot_shape(node, s))) end
   return g
 end
 
@@ -502,10 +514,10 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
           error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
             :format(node._name, type_(g), i), 0)
         end
-        local in_shape = from_node and e.node._shapes[e.slot] or e
+        local in_shape = from_node and slot_shape(e.node, e.slot) or e
         if not same_size(g, in_shape) then
           error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-            :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
+            :format(node._name, shape_str(g:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
         end
         if not from_node then
           if capture then
