@@ -550,15 +550,17 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
 end
 
 -- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
--- their gradients. capture: nil (accumulate into leaves) or a table mapping
+-- their gradients (or one tensor and its gradient). capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
 local function run(fname, roots, root_grads, retain, capture, results)
   -- discover the nodes reachable from the roots, counting the edges into
   -- each: deps[node] is nil for a node not yet seen (one table for both)
   local deps, stack, top = {}, {}, 0
-  local nroots = #roots
+  -- one root (backward's): roots is the tensor and root_grads its gradient, no lists
+  local single = getmetatable(roots) == Tensor_mt
+  local nroots = single and 1 or #roots
   for i = 1, nroots do
-    local h = history[roots[i]]
+    local h = history[single and roots or roots[i]]
     if type_(h) == "table" and not deps[h.node] then
       deps[h.node] = 0
       top = top + 1
@@ -598,12 +600,14 @@ local function run(fname, roots, root_grads, retain, capture, results)
     end
   end
   local buffers = {}
-  for i, t in ipairs(roots) do
+  for i = 1, nroots do
+    local t, g = roots, root_grads
+    if not single then t, g = roots[i], root_grads[i] end
     local h = history[t]
     if h == true then
-      to_leaf(t, root_grads[i], capture, results)
+      to_leaf(t, g, capture, results)
     elseif h then
-      add_to(buffers, h.node, h.slot, root_grads[i])
+      add_to(buffers, h.node, h.slot, g)
     end
   end
   local co, is_main, prev = set_mode(false)
@@ -704,7 +708,7 @@ function M.backward(...)
       .. "requires grad, or it was computed inside attn.no_grad)", 2)
   end
   gradient = check_grad_arg(fname, t, gradient, 2)
-  run(fname, { t }, { gradient }, retain)
+  run(fname, t, gradient, retain)
   run_post_backward()
 end
 
