@@ -1,5 +1,7 @@
 /* The autograd bookkeeping of attn.core (attn.core._autograd_*): the
  * per-call work of every recorded operation. */
+#include <string.h>
+
 #include "attn_lua.h"
 
 /* ---- autograd bookkeeping ------------------------------------------------
@@ -105,11 +107,79 @@ static int autograd_inputs(lua_State *L) {
   return 3;
 }
 
-/* _autograd_outputs(history, node, inputs, nondiff, dirty, results): gives each
- * tensor of results[2 .. results.n] (a pcall's packed results) that is not
- * marked non-differentiable (nondiff[t]) and not an input (the first input
- * may be returned by an in-place op, `dirty`) a slot of node: node._shapes[slot]
- * = its sizes, history[t] = {node = node, slot = slot}. Sets node._nout. */
+/* The key of t's sizes: the int64 sizes as bytes, a string Lua interns
+ * (up to 5 dims), so that recording the same shapes again allocates nothing. */
+static void push_shape_key(lua_State *L, const attn_tensor *t) {
+  lua_pushlstring(L, (const char *)t->size, (size_t)t->ndim * sizeof t->size[0]);
+}
+
+/* Gives each tensor of the results at stack slots first..last that is not
+ * marked non-differentiable (nondiff[t], nondiff at stack slot `nondiff`, 0
+ * for none) and not an input (the table of inputs at `inputs`; the first
+ * input may be returned by an in-place op, `dirty`) a slot of the node at
+ * `node`, and sets node._nout. node._shapes: the key of the output's sizes
+ * (push_shape_key) for a node of one output, a table slot -> key for more.
+ * The history entry of slot 1 is the node itself (its fields node = itself,
+ * slot = 1, set by the Lua layer): no table per recorded call for the usual
+ * single output; slot s > 1 gets {node = node, slot = s}. */
+static void give_slots(lua_State *L, int history, int node, int inputs, int nondiff, int dirty, int first, int last) {
+  lua_Integer ninputs = (lua_Integer)lua_rawlen(L, inputs);
+  int keys = 0; /* the stack slot of slot 1's key, then of the table of keys */
+  lua_Integer slots = 0;
+  for (int i = first; i <= last; i++) {
+    if (!is_tensor_at(L, i)) continue;
+    int skip = 0;
+    if (nondiff) {
+      lua_pushvalue(L, i);
+      skip = lua_rawget(L, nondiff) != LUA_TNIL && lua_toboolean(L, -1);
+      lua_pop(L, 1);
+    }
+    int dirty_result = 0; /* the in-place op's own tensor: a new slot, whatever else it is */
+    if (dirty) {
+      lua_rawgeti(L, inputs, 1);
+      dirty_result = lua_rawequal(L, -1, i);
+      lua_pop(L, 1);
+    }
+    for (lua_Integer k = 1; !skip && !dirty_result && k <= ninputs; k++) {
+      lua_rawgeti(L, inputs, k);
+      skip = lua_rawequal(L, -1, i);
+      lua_pop(L, 1);
+    }
+    if (skip) continue;
+    slots++;
+    if (slots == 2) { /* a second output: the keys go in a table */
+      lua_createtable(L, last - first + 1, 0);
+      lua_pushvalue(L, keys);
+      lua_rawseti(L, -2, 1);
+      lua_replace(L, keys);
+    }
+    push_shape_key(L, lua_touserdata(L, i));
+    if (slots == 1) keys = lua_gettop(L);
+    else lua_rawseti(L, keys, slots);
+    lua_pushvalue(L, i);
+    if (slots == 1) {
+      lua_pushvalue(L, node);
+    } else {
+      lua_createtable(L, 0, 2);
+      lua_pushvalue(L, node);
+      lua_setfield(L, -2, "node");
+      lua_pushinteger(L, slots);
+      lua_setfield(L, -2, "slot");
+    }
+    lua_rawset(L, history);
+  }
+  if (keys) {
+    lua_pushvalue(L, keys);
+    lua_setfield(L, node, "_shapes");
+    lua_settop(L, keys - 1);
+  }
+  lua_pushinteger(L, slots);
+  lua_setfield(L, node, "_nout");
+}
+
+/* _autograd_outputs(history, node, inputs, nondiff, dirty, results): the
+ * slots (give_slots) of the tensors of results[2 .. results.n] (a pcall's
+ * packed results). */
 static int autograd_outputs(lua_State *L) {
   lua_settop(L, 6);
   check_table_arg(L, 1, AG, "history");
@@ -120,79 +190,81 @@ static int autograd_outputs(lua_State *L) {
   lua_getfield(L, 6, "n");
   lua_Integer n = lua_tointeger(L, -1);
   lua_pop(L, 1);
-  lua_Integer ninputs = (lua_Integer)lua_rawlen(L, 3);
-  lua_createtable(L, n > 1 ? (int)(n - 1) : 0, 0); /* shapes, at 7 */
-  lua_Integer slots = 0;
-  for (lua_Integer i = 2; i <= n; i++) {
-    lua_rawgeti(L, 6, i); /* at 8 */
-    if (is_tensor_at(L, 8)) {
-      int skip = 0;
-      if (has_nondiff) {
-        lua_pushvalue(L, 8);
-        skip = lua_rawget(L, 4) != LUA_TNIL && lua_toboolean(L, -1);
-        lua_pop(L, 1);
-      }
-      int dirty_result = 0; /* the in-place op's own tensor: a new slot, whatever else it is */
-      if (dirty) {
-        lua_rawgeti(L, 3, 1);
-        dirty_result = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      for (lua_Integer k = 1; !skip && !dirty_result && k <= ninputs; k++) {
-        lua_rawgeti(L, 3, k);
-        skip = lua_rawequal(L, -1, 8);
-        lua_pop(L, 1);
-      }
-      if (!skip) {
-        slots++;
-        const attn_tensor *t = lua_touserdata(L, 8);
-        attnL_push_sizes(L, t);
-        lua_rawseti(L, 7, slots);
-        lua_pushvalue(L, 8);
-        lua_createtable(L, 0, 2);
-        lua_pushvalue(L, 2);
-        lua_setfield(L, -2, "node");
-        lua_pushinteger(L, slots);
-        lua_setfield(L, -2, "slot");
-        lua_rawset(L, 1);
-      }
-    }
-    lua_pop(L, 1);
-  }
-  lua_setfield(L, 2, "_shapes");
-  lua_pushinteger(L, slots);
-  lua_setfield(L, 2, "_nout");
+  luaL_checkstack(L, n > 1 ? (int)n + 4 : 4, "too many results");
+  for (lua_Integer i = 2; i <= n; i++) lua_rawgeti(L, 6, i);
+  give_slots(L, 1, 2, 3, has_nondiff ? 4 : 0, dirty, 7, lua_gettop(L));
   return 0;
 }
 
-/* _autograd_save(...): {n = n, the n values, then at n + i the version of
- * value i when it is a tensor (false otherwise)}: what ctx:save_for_backward keeps. */
-static int autograd_save(lua_State *L) {
+/* _autograd_finish(history, node, inputs, ...): the slots (give_slots) of
+ * the tensors among the results `...` of a forward that writes no input in
+ * place (its non-differentiable outputs are node._nondiff); returns the
+ * results, so that a recorded call ends in one call, without packing them. */
+static int autograd_finish(lua_State *L) {
   int n = lua_gettop(L);
-  lua_createtable(L, 2 * n, 1);
-  for (int i = 1; i <= n; i++) {
-    lua_pushvalue(L, i);
-    lua_rawseti(L, n + 1, i);
-    if (is_tensor_at(L, i)) lua_pushinteger(L, attnL_version(L, i));
-    else lua_pushboolean(L, 0);
-    lua_rawseti(L, n + 1, n + i);
+  check_table_arg(L, 1, AG, "history");
+  check_table_arg(L, 2, AG, "node");
+  check_table_arg(L, 3, AG, "inputs");
+  lua_getfield(L, 2, "_nondiff");
+  int nondiff = lua_type(L, -1) == LUA_TTABLE ? n + 1 : 0;
+  give_slots(L, 1, 2, 3, nondiff, 0, 4, n);
+  lua_settop(L, n);
+  return n - 3;
+}
+
+/* _autograd_sizes(key): the list of sizes a shape key (node._shapes) holds. */
+static int autograd_sizes(lua_State *L) {
+  size_t len;
+  const char *key = luaL_checklstring(L, 1, &len);
+  int64_t size[ATTN_MAX_DIMS];
+  if (len % sizeof size[0] != 0 || len > sizeof size)
+    attnL_error(L, AG, "bad argument #1 'key' (expected a shape key, got a string of %d bytes)", (int)len);
+  memcpy(size, key, len);
+  int ndim = (int)(len / sizeof size[0]);
+  lua_createtable(L, ndim, 0);
+  for (int d = 0; d < ndim; d++) {
+    lua_pushinteger(L, (lua_Integer)size[d]);
+    lua_rawseti(L, -2, d + 1);
   }
-  lua_pushinteger(L, n);
-  lua_setfield(L, n + 1, "n");
   return 1;
 }
 
-/* _autograd_changed(saved): the index of the first saved tensor whose
- * storage was written in place since _autograd_save, or nothing. */
+/* _autograd_heap_kb(): Lua's heap in KiB (collectgarbage("count"), without
+ * its option lookup: the backward walk asks after every node). */
+static int autograd_heap_kb(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) + (lua_Number)lua_gc(L, LUA_GCCOUNTB, 0) / 1024.0);
+  return 1;
+}
+
+/* _autograd_save(...): {n, the n values, then at 1 + n + i the version of
+ * value i when it is a tensor (false otherwise)}: what ctx:save_for_backward
+ * keeps, all in the array part (one allocation besides the table). */
+static int autograd_save(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_createtable(L, 2 * n + 1, 0);
+  lua_pushinteger(L, n);
+  lua_rawseti(L, n + 1, 1);
+  for (int i = 1; i <= n; i++) {
+    lua_pushvalue(L, i);
+    lua_rawseti(L, n + 1, 1 + i);
+    if (is_tensor_at(L, i)) lua_pushinteger(L, attnL_version(L, i));
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, n + 1, 1 + n + i);
+  }
+  return 1;
+}
+
+/* _autograd_changed(saved): the index i of the first saved tensor (value i
+ * of _autograd_save's list) whose storage was written in place since, or nothing. */
 static int autograd_changed(lua_State *L) {
   check_table_arg(L, 1, AG, "saved");
-  lua_getfield(L, 1, "n");
+  lua_rawgeti(L, 1, 1);
   lua_Integer n = lua_tointeger(L, -1);
   lua_pop(L, 1);
   for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, 1, i);
+    lua_rawgeti(L, 1, 1 + i);
     if (is_tensor_at(L, -1)) {
-      lua_rawgeti(L, 1, n + i);
+      lua_rawgeti(L, 1, 1 + n + i);
       int same = lua_tointeger(L, -1) == attnL_version(L, -2);
       lua_pop(L, 1);
       if (!same) {
@@ -206,13 +278,17 @@ static int autograd_changed(lua_State *L) {
 }
 
 /* _autograd_same_size(g, shape): whether tensor g has the sizes `shape` (a
- * tensor, or a list of sizes). */
+ * tensor, a list of sizes, or the key of a node's output shape). */
 static int autograd_same_size(lua_State *L) {
   if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 'g' (expected attn.Tensor, got %s)", luaL_typename(L, 1));
   const attn_tensor *g = lua_touserdata(L, 1);
   int same;
   if (is_tensor_at(L, 2)) {
     same = attn_same_shape(g, lua_touserdata(L, 2));
+  } else if (lua_type(L, 2) == LUA_TSTRING) {
+    size_t len;
+    const char *key = lua_tolstring(L, 2, &len);
+    same = len == (size_t)g->ndim * sizeof g->size[0] && memcmp(key, g->size, len) == 0;
   } else {
     check_table_arg(L, 2, AG, "shape");
     same = (lua_Integer)lua_rawlen(L, 2) == g->ndim;
@@ -255,6 +331,8 @@ static int autograd_fresh(lua_State *L) {
 static const luaL_Reg autograd_funcs[] = {
   {"_autograd_stale", autograd_stale}, {"_autograd_wrote", autograd_wrote}, {"_autograd_fresh", autograd_fresh},
   {"_autograd_inputs", autograd_inputs}, {"_autograd_outputs", autograd_outputs},
+  {"_autograd_finish", autograd_finish}, {"_autograd_heap_kb", autograd_heap_kb},
+  {"_autograd_sizes", autograd_sizes},
   {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
   {"_autograd_same_size", autograd_same_size}, {NULL, NULL}};
 

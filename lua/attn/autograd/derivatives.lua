@@ -27,6 +27,9 @@ local raw = {}
 for k, v in pairs(Tensor) do raw[k] = v end
 for k, v in pairs(core) do if type(v) == "function" and raw[k] == nil then raw[k] = v end end
 M.raw = raw
+-- the methods themselves for the per-call bookkeeping: x:size() first goes
+-- through the tensor's __index
+local t_size, t_dim = raw.size, raw.dim
 
 local function norm_dim(d, ndim) if d < 0 then return d + ndim + 1 end return d end
 
@@ -51,8 +54,8 @@ local function binary(opname, name_of, grad_a, grad_b, reads_a, reads_b)
       local a, b = ...
       local r = f(...)
       local ta, tb = is_tensor(a), is_tensor(b)
-      ctx.a_shape = ta and a:size() or nil
-      ctx.b_shape = tb and b:size() or nil
+      ctx.a_shape = ta and t_size(a) or nil
+      ctx.b_shape = tb and t_size(b) or nil
       local need = ctx.needs_input_grad
       local na = ta and need[1]
       local nb = tb and need[ta and 2 or 1]
@@ -214,8 +217,8 @@ local function total(opname, name_all, name_dim, scale)
     forward = function(ctx, ...)
       local x, d, keepdim = ...
       local r = f(...)
-      ctx.shape = x:size()
-      ctx.dim = d and norm_dim(d, x:dim()) or nil
+      ctx.shape = t_size(x)
+      ctx.dim = d and norm_dim(d, t_dim(x)) or nil
       ctx.keepdim = keepdim
       ctx.count = scale and (d and ctx.shape[ctx.dim] or x:numel()) or nil
       -- torch 1.13's MeanBackward1 saves self (its formula reads self's numel), so
@@ -228,7 +231,7 @@ local function total(opname, name_all, name_dim, scale)
       if ctx.dim == nil and not ctx.count then
         -- a whole sum: g's one value everywhere, in one call (expand and
         -- contiguous are two and a view); a NaN keeps the copy, bit for bit
-        local v = g:item()
+        local v = raw.item(g)
         if v == v then return raw_full(ctx.shape, v) end
       end
       local gx = unreduce(g, ctx.dim, ctx.keepdim, ctx.shape)

@@ -9,7 +9,8 @@
 -- Where the state lives: three weak-keyed tables keyed by tensor (never
 -- fields of the userdata, so tensors that never meet autograd pay nothing):
 --   history[t] = true for a leaf that requires grad, or the edge {node, slot}
---                that produced t;
+--                that produced t (for a node's first output, the node itself:
+--                its fields node and slot make it one);
 --   grads[t]   = t.grad;
 --   view_base[t] = the tensor a recorded view was taken of;
 --   view_replay[t] = for a recorded view, how to redo it (recorded) from its
@@ -22,7 +23,10 @@
 -- is an error at backward, naming the saving node and the writer.
 -- @module attn.autograd
 local core = require "attn.core"
-local Tensor = core.Tensor
+local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
+local getmetatable = getmetatable
+-- the methods themselves: a t:size() goes through the tensor's __index first
+local t_numel, t_size = Tensor.numel, Tensor.size
 local version_of = core._version
 local raw_zeros, raw_ones = core.zeros, core.ones
 -- Tensor:add_ before attn.autograd.derivatives records it: what the recorded
@@ -132,6 +136,20 @@ local autograd_inputs, autograd_outputs = core._autograd_inputs, core._autograd_
 local autograd_save, autograd_changed = core._autograd_save, core._autograd_changed
 local history_stale, history_wrote, history_fresh = core._autograd_stale, core._autograd_wrote, core._autograd_fresh
 local same_size = core._autograd_same_size
+local autograd_finish, heap_kb = core._autograd_finish, core._autograd_heap_kb
+local shape_sizes = core._autograd_sizes
+
+-- the key of the sizes of output slot s of node (a string; shape_sizes
+-- gives the list): a node of one output keeps the key itself
+local function slot_shape(node, s)
+  local shapes = node._shapes
+  if type(shapes) == "string" then return shapes end
+  return shapes[s]
+end
+
+-- closed when a recorded call's forward returns or raises in the main
+-- thread: recording back on (it was on, or the call would not record)
+local RESTORE_MAIN_MODE = setmetatable({}, { __close = function() main_mode = true end })
 
 --- A recorded operation (`t.grad_fn`): `node:name()` is PyTorch 1.13's name of
 -- the node for the same computation ("MmBackward0").
@@ -139,8 +157,10 @@ local same_size = core._autograd_same_size
 -- forward and backward get. Its fields: _name, _def, needs_input_grad,
 -- _edges (per tensor input: the history entry {node, slot} of the input,
 -- the input itself for a leaf, false without history), _nout and _shapes
--- (the sizes of each differentiable output), _saved (what save_for_backward
--- kept, with the versions), _nondiff.
+-- (the sizes of the differentiable outputs as keys (slot_shape): the one
+-- key, or a table of them for several), _saved (what save_for_backward
+-- kept, with the versions, or false), _nondiff; node and slot: the node is
+-- the history entry of its first output (of others, {node, slot}).
 local Node = {}
 Node.__index = Node
 Node.__name = "attn.autograd.Node"
@@ -174,17 +194,17 @@ function Node:saved()
       .. "they have been freed): " .. self._name .. "'s saved tensors were freed by the first backward; "
       .. "pass {retain_graph = true} to the first backward (or autograd.grad) to keep them", 0)
   end
-  if saved == nil then return end
+  if not saved then return end
   local i = autograd_changed(saved)
   if i then
-    local t = saved[i]
+    local t = saved[1 + i]
     local v, writer = version_of(t)
     error(("attn.autograd: a tensor of shape %s saved by %s for its backward was modified in place by %s "
       .. "(it is at version %d; %s expected version %d): clone it before the in-place operation, or do "
       .. "the operation out of place"):format(shape_str(t:size()), self._name, writer or "an in-place operation",
-      v, self._name, saved[saved.n + i]), 0)
+      v, self._name, saved[1 + saved[1] + i]), 0)
   end
-  return table.unpack(saved, 1, saved.n)
+  return table.unpack(saved, 2, saved[1] + 1)
 end
 
 --- Mark outputs (indices) that have no gradient.
@@ -275,6 +295,8 @@ function M.Function(def)
   local name_of = type(name) == "function" and name or nil
   -- unrecorded calls: the plain function when given, else forward with a context that keeps nothing
   local plain = def.raw or function(...) return forward(NOCTX, ...) end
+  -- neither writes an input in place nor returns a view: its outputs need nothing after autograd_finish
+  local simple = not dirty and not is_view
   local recorded
   recorded = function(...)
     local on = main_mode
@@ -300,12 +322,29 @@ function M.Function(def)
         error(fname .. ": " .. VIEW_REBASE, 2)
       end
     end
-    -- every field the bookkeeping sets exists from the start: no rehash as they arrive
+    -- every field the bookkeeping sets exists from the start, and room for a
+    -- few of the forward's own (ctx.shape...): no rehash as they arrive.
+    -- node, slot: the node is its own first output's history entry ({node, slot})
     local node = setmetatable({ _name = name, _def = def, needs_input_grad = needs, _edges = edges, _nout = 0,
-                                _shapes = false }, Node)
+                                _shapes = false, _saved = false, node = false, slot = 1 }, Node)
+    node.node = node
     -- forward runs with recording off in this coroutine (set_mode and
     -- restore_mode inlined: this is every recorded call's path)
     local co, is_main = running()
+    if simple and is_main then
+      -- the common case, without a pcall and a table of results: the name
+      -- first (a name function that raises on these arguments goes the
+      -- general way below, where the forward's own error comes first), grad
+      -- mode restored by the to-be-closed variable also when forward raises
+      if name_of then
+        local ok, nm = pcall(name_of, ...)
+        if ok then node._name = nm else goto general end
+      end
+      main_mode = false
+      local _ <close> = RESTORE_MAIN_MODE
+      return autograd_finish(history, node, inputs, forward(node, ...))
+    end
+    ::general::
     local prev
     if is_main then main_mode = false else prev = modes[co]; modes[co] = false; any_own = true end
     local r = pack(pcall(forward, node, ...))
@@ -413,7 +452,7 @@ local function slot_grad(g, node, s, capture, results)
     local k = cs and cs[s]
     if k then results[k] = g end
   end
-  if g == nil then g = raw_zeros(node._shapes[s]) end
+  if g == nil then g = raw_zeros(shape_sizes(slot_shape(node, s))) end
   return g
 end
 
@@ -433,19 +472,27 @@ end
 local GC_GROWTH, GC_MIN_KB = 1.03, 512
 local collect = collectgarbage
 
+-- how many values, and the first: a backward's results without a table
+local function count_first(...) return select_("#", ...), (...) end
+
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
-  local heap_kb = collect("count")
-  local gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
+  local heap = heap_kb()
+  local gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
   while ready[head] do
     local node = ready[head]
     ready[head] = nil
     head = head + 1
-    local nout, backward, r = node._nout, node._def.backward, nil
+    local nout, backward, edges = node._nout, node._def.backward, node._edges
+    local nedges = #edges
+    -- r: the backward's results as a list; for a node of one input, its
+    -- one gradient g1 and no table (r = nil)
+    local r, n1, g1
     if nout == 1 then
-      local g = slot_grad(buffers[node], node, 1, capture, results)
+      local g = buffers[node]
+      if capture or g == nil then g = slot_grad(g, node, 1, capture, results) end
       buffers[node] = nil
-      r = pack(backward(node, g))
+      if nedges == 1 then n1, g1 = count_first(backward(node, g)) else r = pack(backward(node, g)) end
     else
       local b = buffers[node] or {}
       buffers[node] = nil
@@ -453,20 +500,24 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       for s = 1, nout do gs[s] = slot_grad(b[s], node, s, capture, results) end
       r = pack(backward(node, unpack(gs, 1, nout)))
     end
-    if r.n == 1 and type_(r[1]) == "table" and not is_tensor(r[1]) then r = r[1] end
-    local edges = node._edges
-    for i = 1, #edges do
-      local e, g = edges[i], r[i]
+    if r then
+      if r.n == 1 and type_(r[1]) == "table" and getmetatable(r[1]) ~= Tensor_mt then r = r[1] end
+    elseif n1 == 1 and type_(g1) == "table" and getmetatable(g1) ~= Tensor_mt then
+      g1 = g1[1]
+    end
+    for i = 1, nedges do
+      local e, g = edges[i], nil
+      if r then g = r[i] else g = g1 end
       local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
       if e and g ~= nil then
-        if not is_tensor(g) then
+        if getmetatable(g) ~= Tensor_mt then
           error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
             :format(node._name, type_(g), i), 0)
         end
-        local in_shape = from_node and e.node._shapes[e.slot] or e
+        local in_shape = from_node and slot_shape(e.node, e.slot) or e
         if not same_size(g, in_shape) then
           error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-            :format(node._name, shape_str(g:size()), i, shape_str(from_node and in_shape or e:size())), 0)
+            :format(node._name, shape_str(g:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
         end
         if not from_node then
           if capture then
@@ -489,59 +540,74 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
         end
       end
     end
-    if not retain and node._saved ~= nil then node._saved = RELEASED end
-    if collect("count") > gc_at then
+    if not retain and node._saved then node._saved = RELEASED end
+    if heap_kb() > gc_at then
       collect()
-      heap_kb = collect("count")
-      gc_at = heap_kb + math.max(heap_kb * (GC_GROWTH - 1), GC_MIN_KB)
+      heap = heap_kb()
+      gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
     end
   end
 end
 
 -- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
--- their gradients. capture: nil (accumulate into leaves) or a table mapping
+-- their gradients (or one tensor and its gradient). capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
 local function run(fname, roots, root_grads, retain, capture, results)
-  -- discover the nodes reachable from the roots, counting the edges into each
-  local deps, order, seen = {}, {}, {}
-  local stack = {}
-  for _, t in ipairs(roots) do
-    local h = history[t]
-    if type_(h) == "table" and not seen[h.node] then
-      seen[h.node] = true
-      stack[#stack + 1] = h.node
+  -- discover the nodes reachable from the roots, counting the edges into
+  -- each: deps[node] is nil for a node not yet seen (one table for both)
+  local deps, stack, top = {}, {}, 0
+  -- one root (backward's): roots is the tensor and root_grads its gradient, no lists
+  local single = getmetatable(roots) == Tensor_mt
+  local nroots = single and 1 or #roots
+  for i = 1, nroots do
+    local h = history[single and roots or roots[i]]
+    if type_(h) == "table" and not deps[h.node] then
+      deps[h.node] = 0
+      top = top + 1
+      stack[top] = h.node
     end
   end
-  while #stack > 0 do
-    local node = stack[#stack]
-    stack[#stack] = nil
-    order[#order + 1] = node
+  local ready, tail = {}, 0
+  -- the roots' nodes that no other node feeds, last root first (the order
+  -- the walk has always taken them in)
+  for i = 1, top do ready[i] = stack[top - i + 1] end
+  local nready = top
+  while top > 0 do
+    local node = stack[top]
+    stack[top] = nil
+    top = top - 1
     local edges = node._edges
     for i = 1, #edges do
       local e = edges[i]
       if type_(e) == "table" then
-        deps[e.node] = (deps[e.node] or 0) + 1
-        if not seen[e.node] then
-          seen[e.node] = true
-          stack[#stack + 1] = e.node
+        local to = e.node
+        local d = deps[to]
+        if d == nil then
+          top = top + 1
+          stack[top] = to
+          d = 0
         end
+        deps[to] = d + 1
       end
     end
   end
-  local buffers = {}
-  for i, t in ipairs(roots) do
-    local h = history[t]
-    if h == true then
-      to_leaf(t, root_grads[i], capture, results)
-    elseif h then
-      add_to(buffers, h.node, h.slot, root_grads[i])
-    end
-  end
-  local ready, tail = {}, 0
-  for _, node in ipairs(order) do
-    if not deps[node] then
+  for i = 1, nready do -- kept in place: tail <= i
+    local node = ready[i]
+    ready[i] = nil
+    if deps[node] == 0 then
       tail = tail + 1
       ready[tail] = node
+    end
+  end
+  local buffers = {}
+  for i = 1, nroots do
+    local t, g = roots, root_grads
+    if not single then t, g = roots[i], root_grads[i] end
+    local h = history[t]
+    if h == true then
+      to_leaf(t, g, capture, results)
+    elseif h then
+      add_to(buffers, h.node, h.slot, g)
     end
   end
   local co, is_main, prev = set_mode(false)
@@ -555,11 +621,11 @@ end
 
 local function check_grad_arg(fname, t, g, i)
   if g == nil then
-    if t:numel() ~= 1 then
+    if t_numel(t) ~= 1 then
       error(("%s: grad can be implicitly created only for one-element outputs (got shape %s); pass a gradient "
         .. "of that shape"):format(fname, shape_str(t:size())), 3)
     end
-    return raw_ones(t:size())
+    return raw_ones(t_size(t))
   end
   if not is_tensor(g) then
     error(("%s: bad argument #%d 'gradient' (expected attn.Tensor or nil, got %s)"):format(fname, i, type_(g)), 3)
@@ -642,7 +708,7 @@ function M.backward(...)
       .. "requires grad, or it was computed inside attn.no_grad)", 2)
   end
   gradient = check_grad_arg(fname, t, gradient, 2)
-  run(fname, { t }, { gradient }, retain)
+  run(fname, t, gradient, retain)
   run_post_backward()
 end
 
