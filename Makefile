@@ -121,9 +121,9 @@ $(SO): $(BIND_OBJ) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(BIND_OBJ) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive -o $@ $(ALL_LDFLAGS)
 
-$(BUILD)/attn/dist_core.so: $(wildcard src/dist/*.c) src/core/tensor.h | have-deps
+$(BUILD)/attn/dist_core.so: $(wildcard src/dist/*.c) src/core/tensor.h src/binding/storage_version.h | have-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Isrc/core $(MPI_CFLAGS) \
+	$(CC) $(CFLAGS) $(WARN) -std=gnu11 -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Isrc/core -Isrc/binding $(MPI_CFLAGS) \
 	  $(wildcard src/dist/*.c) -o $@ $(LDFLAGS) -shared $(MPI_LIBS)
 
 $(BUILD)/%.lua: lua/%.lua

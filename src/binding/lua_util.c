@@ -7,6 +7,7 @@
 
 #include "attn_lua.h"
 #include "ops.h"
+#include "storage_version.h"
 
 /* The tensor metatable is also kept in the registry under the address of
  * this variable: a light-userdata key is a cheaper lookup than the name
@@ -217,24 +218,8 @@ static int allocate_storage(lua_State *L) {
   return 1;
 }
 
-/* The storage's user values: 1 its version (an integer, nil = 0), 2 the name
- * of the last in-place writer (for autograd's messages), 3 its history serial
- * (attnL_history_stale). */
-void attnL_bump_version(lua_State *L, int arg, const char *fname) {
-  arg = lua_absindex(L, arg);
-  if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_getiuservalue(L, -1, 1);
-  lua_Integer v = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  lua_pushinteger(L, v + 1);
-  lua_setiuservalue(L, -2, 1);
-  lua_pushstring(L, fname);
-  lua_setiuservalue(L, -2, 2);
-  lua_pop(L, 1);
-}
+/* The storage's user values: src/binding/storage_version.h. */
+void attnL_bump_version(lua_State *L, int arg, const char *fname) { attn_storage_bump_version(L, arg, fname); }
 
 /* Push the history family of the tensor at arg: its own (a detached alias and
  * its views), else its storage. Its user value 3 is the serial. */

@@ -23,6 +23,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "storage_version.h"
 #include "tensor.h"
 
 #define TENSOR_MT "attn.Tensor"
@@ -155,25 +156,6 @@ static int check_peer(lua_State *L, int arg, const char *fname, const char *what
     dist_error(L, fname, "bad argument #%d '%s' (expected a rank in 1..%d, got %lld)", arg, what, world_size(),
                (long long)r);
   return (int)(r - 1);
-}
-
-/* The same user values as attnL_bump_version (src/binding/lua_util.c): the
- * storage (user value 1 of the tensor) holds the version (its user value 1)
- * and the last in-place writer's name (2), which autograd checks. */
-static void bump_version(lua_State *L, int arg, const char *fname) {
-  arg = lua_absindex(L, arg);
-  if (lua_getiuservalue(L, arg, 1) != LUA_TUSERDATA) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_getiuservalue(L, -1, 1);
-  lua_Integer v = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  lua_pushinteger(L, v + 1);
-  lua_setiuservalue(L, -2, 1);
-  lua_pushstring(L, fname);
-  lua_setiuservalue(L, -2, 2);
-  lua_pop(L, 1);
 }
 
 static void fill_header(int64_t *h, int kind, int op, int root, const attn_tensor *t) {
@@ -327,7 +309,7 @@ static int l_all_reduce(lua_State *L) {
       }
     }
   }
-  bump_version(L, 1, fname);
+  attn_storage_bump_version(L, 1, fname);
   return 0;
 }
 
@@ -341,7 +323,7 @@ static int l_broadcast(lua_State *L) {
   fill_header(h, K_BROADCAST, 0, root, t);
   agree(L, h, fname);
   if (count > 0) check_mpi(L, MPI_Bcast(t->data, count, MPI_FLOAT, root, MPI_COMM_WORLD), fname);
-  if (my_rank() != root) bump_version(L, 1, fname);
+  if (my_rank() != root) attn_storage_bump_version(L, 1, fname);
   return 0;
 }
 
@@ -360,7 +342,7 @@ static int l_all_gather(lua_State *L) {
   agree(L, h, fname);
   if (count > 0)
     check_mpi(L, MPI_Allgather(t->data, count, MPI_FLOAT, out->data, count, MPI_FLOAT, MPI_COMM_WORLD), fname);
-  bump_version(L, 2, fname);
+  attn_storage_bump_version(L, 2, fname);
   return 0;
 }
 
@@ -436,7 +418,7 @@ static int l_recv(lua_State *L) {
     check_header(L, h, t, src, fname);
   }
   check_mpi(L, MPI_Recv(t->data, count, MPI_FLOAT, src, 2 * tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE), fname);
-  bump_version(L, 1, fname);
+  attn_storage_bump_version(L, 1, fname);
   return 0;
 }
 
@@ -527,7 +509,7 @@ static int l_wait(lua_State *L) {
     attn_tensor *t = test_tensor(L, -1);
     if (rc == MPI_SUCCESS || st[0].MPI_ERROR == MPI_SUCCESS) check_header(L, r->header, t, r->peer, fname);
     check_mpi(L, rc, fname);
-    bump_version(L, -1, fname);
+    attn_storage_bump_version(L, -1, fname);
     lua_pop(L, 1);
   } else {
     check_mpi(L, rc, fname);
@@ -564,7 +546,7 @@ static int l_request_tostring(lua_State *L) {
 
 static int l_bump_version(lua_State *L) {
   if (!test_tensor(L, 1)) dist_error(L, "dist.bump_version", "bad argument #1 (expected attn.Tensor)");
-  bump_version(L, 1, luaL_optstring(L, 2, "dist"));
+  attn_storage_bump_version(L, 1, luaL_optstring(L, 2, "dist"));
   return 0;
 }
 
