@@ -67,8 +67,9 @@ static void linear_rows(const float *x, int64_t n, int64_t nin, const attn_tenso
 }
 
 /* dw [nout, nin] += d [n, nout]^T (row stride ldd) x [n, nin]; db [nout] += column sums of d */
-static void accumulate_param_grads(const float *d, int64_t ldd, const float *x, int64_t n, int64_t nout, int64_t nin,
-                                   attn_tensor *dw, attn_tensor *db) {
+static inline __attribute__((always_inline)) void accumulate_param_grads(const float *d, int64_t ldd, const float *x,
+                                                                         int64_t n, int64_t nout, int64_t nin,
+                                                                         attn_tensor *dw, attn_tensor *db) {
   if (dw)
     for (int64_t j = 0; j < nout; j++)
       for (int64_t k = 0; k < nin; k++) {
@@ -134,25 +135,6 @@ static inline __attribute__((always_inline)) void linear_rows_inline(const float
       #pragma GCC unroll 4
       for (int64_t k = 0; k < nin; k++) acc += x[i * nin + k] * wd[j * sw0 + k * sw1];
       y[i * ldy + j] = b ? acc + b->data[j * b->stride[0]] : acc;
-    }
-}
-
-/* accumulate_param_grads, inlined likewise */
-static inline __attribute__((always_inline)) void param_grads_inline(const float *d, int64_t ldd, const float *x,
-                                                                     int64_t n, int64_t nout, int64_t nin,
-                                                                     attn_tensor *dw, attn_tensor *db) {
-  if (dw)
-    for (int64_t j = 0; j < nout; j++)
-      for (int64_t k = 0; k < nin; k++) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j] * x[i * nin + k];
-        dw->data[j * nin + k] += acc;
-      }
-  if (db)
-    for (int64_t j = 0; j < nout; j++) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j];
-      db->data[j] += acc;
     }
 }
 
@@ -256,7 +238,7 @@ static inline __attribute__((always_inline)) void causal_item(const attn_self_at
           ci[d] = acc;
         }
       }
-    param_grads_inline(db_out, dd, c, n, dd, dd, g->dwo, g->dbo);
+    accumulate_param_grads(db_out, dd, c, n, dd, dd, g->dwo, g->dbo);
     input_grad(db_out, dd, n, dd, m->wo, dc, dd, 0);
     dcb = dc;
   }
@@ -264,7 +246,7 @@ static inline __attribute__((always_inline)) void causal_item(const attn_self_at
   attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
   const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
   for (int i = 0; i < 3; i++) {
-    param_grads_inline(dqkv + i * dd, w3, xb, n, dd, d_in, dws[i], dbs[i]);
+    accumulate_param_grads(dqkv + i * dd, w3, xb, n, dd, d_in, dws[i], dbs[i]);
     if (dxb) input_grad(dqkv + i * dd, w3, n, dd, ws[i], dxb, d_in, i > 0);
   }
 }
