@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "attn_lua.h"
+#include "ops.h"
 
 /* ---- autograd bookkeeping ------------------------------------------------
  * The per-call work of a recorded operation (lua/attn/autograd/init.lua), in C
@@ -88,9 +89,62 @@ static void fill_input(lua_State *L, int idx, void *state) {
  * tensor input has history; else inputs (the tensor inputs in order), edges
  * (per input: its history entry {node, slot}, the tensor itself for a leaf,
  * false without history) and needs_input_grad (booleans). */
+static int autograd_inputs_general(lua_State *L, int n);
+
+/* Tensor inputs up to which autograd_inputs scans its arguments once. */
+#define ONE_PASS_INPUTS 24
+
 static int autograd_inputs(lua_State *L) {
   check_table_arg(L, 1, AG, "history");
   int n = lua_gettop(L);
+  /* One pass over the arguments, each input's history kept on the stack
+   * (n + k), when they hold no list and few tensors (every recorded call of
+   * a module); otherwise the general scan's two passes. */
+  int idx[ONE_PASS_INPUTS], count = 0, requires = 0;
+  if (!lua_checkstack(L, ONE_PASS_INPUTS + 4)) return autograd_inputs_general(L, n);
+  for (int i = 2; i <= n; i++) {
+    int type = lua_type(L, i);
+    if (type == LUA_TTABLE) {
+      if (!lua_getmetatable(L, i)) goto general; /* a plain list: its tensors are inputs too */
+      lua_pop(L, 1);
+      continue;
+    }
+    if (type != LUA_TUSERDATA || !is_tensor_at(L, i)) continue;
+    if (count == ONE_PASS_INPUTS) goto general;
+    if (attnL_history_stale(L, i)) { /* the first stale input, as the general scan finds it */
+      lua_settop(L, n);
+      lua_pushboolean(L, 0);
+      lua_pushvalue(L, i);
+      return 2;
+    }
+    idx[count++] = i;
+    push_history(L, 1, i);
+    if (lua_toboolean(L, -1)) requires = 1;
+  }
+  if (!requires) {
+    lua_settop(L, n);
+    return 0;
+  }
+  for (int t = 0; t < 3; t++) lua_createtable(L, count, 0);
+  int tables = n + count + 1;
+  for (int k = 0; k < count; k++) {
+    int h = n + 1 + k, needs = lua_toboolean(L, h);
+    lua_pushvalue(L, idx[k]);
+    lua_rawseti(L, tables, k + 1);
+    if (lua_type(L, h) == LUA_TTABLE) lua_pushvalue(L, h); /* the edge to the node that made it */
+    else if (needs) lua_pushvalue(L, idx[k]); /* a leaf: the edge is the tensor itself */
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, tables + 1, k + 1);
+    lua_pushboolean(L, needs);
+    lua_rawseti(L, tables + 2, k + 1);
+  }
+  return 3;
+general:
+  lua_settop(L, n);
+  return autograd_inputs_general(L, n);
+}
+
+static int autograd_inputs_general(lua_State *L, int n) {
   lua_pushnil(L);
   struct input_scan scan = {0, 0, n + 1, 0};
   each_input(L, 2, n, scan_input, &scan);
@@ -306,6 +360,16 @@ static void check_tensor_arg(lua_State *L, const char *what) {
   if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 '%s' (expected attn.Tensor, got %s)", what, luaL_typename(L, 1));
 }
 
+/* _autograd_ones_like(t): a new float tensor of t's sizes filled with 1, the
+ * implicit gradient of backward's one-element root (attn.ones(t:size())
+ * without the list of sizes). */
+static int autograd_ones_like(lua_State *L) {
+  check_tensor_arg(L, "t");
+  const attn_tensor *t = lua_touserdata(L, 1);
+  attn_fill(attnL_push_uninit(L, t->ndim, t->size, AG), 1.0f);
+  return 1;
+}
+
 /* _autograd_stale(t): whether t was made before an in-place write that autograd
  * recorded on memory it shares (attnL_history_stale). */
 static int autograd_stale(lua_State *L) {
@@ -334,7 +398,7 @@ static const luaL_Reg autograd_funcs[] = {
   {"_autograd_finish", autograd_finish}, {"_autograd_heap_kb", autograd_heap_kb},
   {"_autograd_sizes", autograd_sizes},
   {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
-  {"_autograd_same_size", autograd_same_size}, {NULL, NULL}};
+  {"_autograd_same_size", autograd_same_size}, {"_autograd_ones_like", autograd_ones_like}, {NULL, NULL}};
 
 /* Expects [module, methods, metatable] on top; registers into the module
  * with the metatable as the helpers' upvalue. */

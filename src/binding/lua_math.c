@@ -65,7 +65,7 @@ static int binary_(lua_State *L, attn_binop op, const char *fn) {
   float sb;
   attn_tensor b = operand(L, 2, &sb, fn, "other");
   attn_tensor e;
-  if (attn_expand(&b, self->ndim, self->size, &e) != ATTN_OK) {
+  if (!attn_same_shape(&b, self) && attn_expand(&b, self->ndim, self->size, &e) != ATTN_OK) {
     char b1[200], b2[200];
     attnL_error(L, fn, "other of shape %s does not broadcast to self's shape %s", attnL_shape(&b, b1, sizeof b1),
                 attnL_shape(self, b2, sizeof b2));

@@ -610,8 +610,17 @@ static int raw_index(lua_State *L) {
 }
 
 static int mt_index(lua_State *L) {
+  /* a method (t:size()) first: one lookup in the methods table, before the
+   * self check and the field names (no method has a field's name), which
+   * cost more than the lookup */
+  int is_string = lua_type(L, 2) == LUA_TSTRING;
+  if (is_string) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    lua_pop(L, 1);
+  }
   attnL_check(L, 1, "attn.Tensor index", "self");
-  if (lua_type(L, 2) == LUA_TSTRING) {
+  if (is_string) {
     const char *key = lua_tostring(L, 2);
     if (strcmp(key, "shape") == 0) {
       attnL_push_sizes(L, attnL_test(L, 1));
@@ -622,10 +631,8 @@ static int mt_index(lua_State *L) {
       lua_pop(L, 1);
       return 1;
     }
-    lua_pushvalue(L, 2);
-    lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
-    if (!lua_isnil(L, -1)) return 1;
-    /* after the methods, and the first byte first: method and autograd field lookups pay next to nothing */
+    lua_pushnil(L); /* what a key that is nothing gives */
+    /* the first byte first: autograd field lookups pay next to nothing */
     if (key[0] == 'd' && strcmp(key, "dtype") == 0) {
       lua_pushstring(L, attnL_test(L, 1)->is_bool ? "bool" : "float32");
       return 1;

@@ -100,10 +100,31 @@ static attn_status check_overlap(const attn_tensor *out, const attn_tensor *in) 
   return ATTN_OK;
 }
 
+/* Whether the contiguous in (of out's numel n) is out itself or lies wholly
+ * apart from it: no partial overlap for check_overlap to refuse. */
+static int apart_or_same(const attn_tensor *out, const attn_tensor *in, int64_t n) {
+  return in->data == out->data || in->data + n <= out->data || out->data + n <= in->data;
+}
+
+/* Below this many elements, contiguous operands of out's shape run as one row. */
+#define SMALL_ROW_ELEMS 4096
+
 attn_status attn_binary(attn_binop op, const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
   attn_tensor ea, eb;
   attn_status st;
   if ((unsigned)op >= ATTN_BINOP_COUNT) return attn_fail(ATTN_EARG, "unknown binary op %d", (int)op);
+  /* small contiguous operands of one shape (a gradient added into another):
+   * binary_row over the one row that attn_foreach would make of them, without
+   * its expand, overlap and coalescing steps, which cost more than the adds */
+  int64_t n = attn_numel(out);
+  if (n > 0 && n <= SMALL_ROW_ELEMS && attn_same_shape(a, out) && attn_same_shape(b, out) &&
+      attn_is_contiguous(out) && attn_is_contiguous(a) && attn_is_contiguous(b) && apart_or_same(out, a, n) &&
+      apart_or_same(out, b, n)) {
+    float *const p[3] = {out->data, a->data, b->data};
+    static const int64_t unit[3] = {1, 1, 1};
+    binary_row(n, p, unit, &op);
+    return ATTN_OK;
+  }
   if ((st = attn_expand(a, out->ndim, out->size, &ea)) != ATTN_OK) return st;
   if ((st = attn_expand(b, out->ndim, out->size, &eb)) != ATTN_OK) return st;
   if ((st = check_overlap(out, &ea)) != ATTN_OK || (st = check_overlap(out, &eb)) != ATTN_OK) return st;

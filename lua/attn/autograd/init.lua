@@ -26,9 +26,9 @@ local core = require "attn.core"
 local Tensor, Tensor_mt = core.Tensor, core.Tensor_mt
 local getmetatable = getmetatable
 -- the methods themselves: a t:size() goes through the tensor's __index first
-local t_numel, t_size = Tensor.numel, Tensor.size
+local t_numel = Tensor.numel
 local version_of = core._version
-local raw_zeros, raw_ones = core.zeros, core.ones
+local raw_zeros = core.zeros
 -- Tensor:add_ before attn.autograd.derivatives records it: what the recorded
 -- add_ runs with grad mode off, as it is during the backward walk
 local raw_add_ = Tensor.add_
@@ -138,6 +138,7 @@ local history_stale, history_wrote, history_fresh = core._autograd_stale, core._
 local same_size = core._autograd_same_size
 local autograd_finish, heap_kb = core._autograd_finish, core._autograd_heap_kb
 local shape_sizes = core._autograd_sizes
+local ones_like = core._autograd_ones_like
 
 -- the key of the sizes of output slot s of node (a string; shape_sizes
 -- gives the list): a node of one output keeps the key itself
@@ -625,7 +626,7 @@ local function check_grad_arg(fname, t, g, i)
       error(("%s: grad can be implicitly created only for one-element outputs (got shape %s); pass a gradient "
         .. "of that shape"):format(fname, shape_str(t:size())), 3)
     end
-    return raw_ones(t_size(t))
+    return ones_like(t)
   end
   if not is_tensor(g) then
     error(("%s: bad argument #%d 'gradient' (expected attn.Tensor or nil, got %s)"):format(fname, i, type_(g)), 3)
