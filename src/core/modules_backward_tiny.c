@@ -66,17 +66,33 @@ static void linear_rows(const float *x, int64_t n, int64_t nin, const attn_tenso
     }
 }
 
+/* Weight gradients of up to this many elements are summed side by side. */
+#define TINY_GRAD_ACCS 64
+
 /* dw [nout, nin] += d [n, nout]^T (row stride ldd) x [n, nin]; db [nout] += column sums of d */
 static inline __attribute__((always_inline)) void accumulate_param_grads(const float *d, int64_t ldd, const float *x,
                                                                          int64_t n, int64_t nout, int64_t nin,
                                                                          attn_tensor *dw, attn_tensor *db) {
-  if (dw)
+  if (dw && nout * nin <= TINY_GRAD_ACCS) {
+    /* every element's sum at once, each over i from 0 as below (the same
+     * bits): independent chains instead of one serial chain after another */
+    float acc[TINY_GRAD_ACCS];
+    for (int64_t e = 0; e < nout * nin; e++) acc[e] = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < nout; j++) {
+        float dij = d[i * ldd + j];
+        #pragma GCC unroll 4
+        for (int64_t k = 0; k < nin; k++) acc[j * nin + k] += dij * x[i * nin + k];
+      }
+    for (int64_t e = 0; e < nout * nin; e++) dw->data[e] += acc[e];
+  } else if (dw) {
     for (int64_t j = 0; j < nout; j++)
       for (int64_t k = 0; k < nin; k++) {
         float acc = 0.0f;
         for (int64_t i = 0; i < n; i++) acc += d[i * ldd + j] * x[i * nin + k];
         dw->data[j * nin + k] += acc;
       }
+  }
   if (db)
     for (int64_t j = 0; j < nout; j++) {
       float acc = 0.0f;
@@ -86,7 +102,8 @@ static inline __attribute__((always_inline)) void accumulate_param_grads(const f
 }
 
 /* dx [n, nin] (+)= d [n, nout] (row stride ldd) w [nout, nin] */
-static void input_grad(const float *d, int64_t ldd, int64_t n, int64_t nout, const attn_tensor *w, float *dx,
+static inline __attribute__((always_inline)) void input_grad(const float *d, int64_t ldd, int64_t n, int64_t nout,
+                                                              const attn_tensor *w, float *dx,
                        int64_t nin, int add) {
   for (int64_t i = 0; i < n; i++)
     for (int64_t k = 0; k < nin; k++) {
@@ -167,6 +184,9 @@ static inline __attribute__((always_inline)) void causal_probs(const float *qkv,
   }
 }
 
+/* Head sizes up to which causal_heads_backward sums a row's outputs side by side. */
+#define TINY_HD_REGS 8
+
 /* The attention's backward for every head of one batch item, from its
  * probabilities p and dC [n, D] (row stride D) into dqkv [n, 3D]. */
 static inline __attribute__((always_inline)) void causal_heads_backward(const float *qkv, const float *p,
@@ -184,11 +204,22 @@ static inline __attribute__((always_inline)) void causal_heads_backward(const fl
       for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
       /* Dl_i = dC_i . O_i, O_i = P_i V (over every key, as the general loop) */
       float dl = 0.0f;
-      #pragma GCC unroll 4
-      for (int64_t d = 0; d < hd; d++) {
-        float o = 0.0f;
-        for (int64_t j = 0; j < n; j++) o += pi[j] * v[j * w3 + d];
-        dl += dci[d] * o;
+      if (hd <= TINY_HD_REGS) { /* each o_d's sum over j from 0 as below, side by side */
+        float o[TINY_HD_REGS];
+        #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) o[d] = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+          #pragma GCC unroll 4
+          for (int64_t d = 0; d < hd; d++) o[d] += pi[j] * v[j * w3 + d];
+        }
+        #pragma GCC unroll 4
+        for (int64_t d = 0; d < hd; d++) dl += dci[d] * o[d];
+      } else {
+        for (int64_t d = 0; d < hd; d++) {
+          float o = 0.0f;
+          for (int64_t j = 0; j < n; j++) o += pi[j] * v[j * w3 + d];
+          dl += dci[d] * o;
+        }
       }
       /* dS_ij = P_ij (dW_ij - Dl_i), dW_ij = dC_i . V_j; dV_j += P_ij dC_i */
       for (int64_t j = 0; j < n; j++) {
@@ -259,8 +290,11 @@ static void backward_tiny_causal(const attn_self_attention *m, const attn_tensor
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in, *db_out = dout->data + b * n * dd;
     float *dxb = g->dx ? g->dx->data + b * n * d_in : NULL;
-    /* the notebooks' widths as constants: their short loops unroll */
-    if (d_in == 3 && hd == 2) causal_item(m, xb, db_out, dxb, n, 3, dd, 2, buf, g);
+    /* the notebooks' sizes as constants: their short loops unroll (the
+     * CausalAttention and MultiHeadAttention calls of [2, 6, 3] batches) */
+    if (n == 6 && d_in == 3 && dd == 2 && hd == 2) causal_item(m, xb, db_out, dxb, 6, 3, 2, 2, buf, g);
+    else if (n == 6 && d_in == 3 && dd == 2 && hd == 1) causal_item(m, xb, db_out, dxb, 6, 3, 2, 1, buf, g);
+    else if (d_in == 3 && hd == 2) causal_item(m, xb, db_out, dxb, n, 3, dd, 2, buf, g);
     else if (d_in == 3 && hd == 1) causal_item(m, xb, db_out, dxb, n, 3, dd, 1, buf, g);
     else causal_item(m, xb, db_out, dxb, n, d_in, dd, hd, buf, g);
   }
