@@ -51,8 +51,24 @@ static attn_tensor corner(const attn_tensor *t, int64_t n) {
 /* The module of the arguments 1 to 16 into m (mask_corner holds the
  * mask's [n, n] corner when m->mask points to it); 0 when the call is not
  * one for the fused path. */
+/* Whether the [n, n] corner of the 2-D mask (at least [n, n]) is triu(ones,
+ * 1): attn_mask_is_causal's answer, with each row's visible part and hidden
+ * part as loops of their own (no per-element test of which part it is). */
+static int corner_is_causal(const attn_tensor *mask, int64_t n) {
+  int64_t s0 = mask->stride[0], s1 = mask->stride[1];
+  for (int64_t i = 0; i < n; i++) {
+    const float *row = mask->data + i * s0;
+    int ok = 1;
+    for (int64_t j = 0; j <= i; j++) ok &= row[j * s1] == 0.0f;
+    for (int64_t j = i + 1; j < n; j++) ok &= row[j * s1] == 1.0f;
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
 static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_corner) {
-  const void *mt = attnL_tensor_mt(L);
+  /* the tensor metatable: upvalue 1 of attention_forward and attention_backward */
+  const void *mt = lua_topointer(L, lua_upvalueindex(1));
   attn_tensor *x = attnL_test_mt(L, 1, mt);
   int isnum[5];
   lua_Integer d_in = lua_tointegerx(L, 2, &isnum[0]);
@@ -84,7 +100,7 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
     int64_t n = x->size[x->ndim - 2], at[ATTN_MAX_DIMS];
     float bad;
     if (mask->ndim != 2 || mask->size[0] < n || mask->size[1] < n) return 0;
-    if (!attn_mask_is_causal(mask, n)) { /* the causal triangle (the default buffer) is 0/1: one pass */
+    if (!corner_is_causal(mask, n)) { /* the causal triangle (the default buffer) is 0/1: one pass */
       *mask_corner = corner(mask, n);
       if (attn_mask_find_non_binary(mask_corner, at, &bad)) return 0;
       m->mask = mask_corner;
@@ -292,6 +308,7 @@ static const luaL_Reg funcs[] = {
 
 void attnL_open_modules(lua_State *L) {
   lua_newtable(L);
-  luaL_setfuncs(L, funcs, 0);
+  lua_pushvalue(L, -2); /* the tensor metatable: upvalue 1 (read_module's tensor test) */
+  luaL_setfuncs(L, funcs, 1);
   lua_setfield(L, -4, "modules"); /* module, methods, metatable, this */
 }
