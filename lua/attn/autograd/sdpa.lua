@@ -15,6 +15,8 @@ local SDPA = "attn.scaled_dot_product_attention"
 local M = {}
 
 local is_tensor = require("attn.argcheck").is_tensor
+-- the fused call's name function (every recorded module call): the method itself, no __index
+local Tensor_mt, t_dim = core.Tensor_mt, core.Tensor.dim
 
 local function score_mod_tables(sm)
   local _, tables = core._score_program_info(sm)
@@ -215,7 +217,7 @@ end
 M.fused_attention = autograd.Function{
   name = function(x, ...)
     if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
-    return is_tensor(x) and x:dim() == 2 and "MmBackward0" or "UnsafeViewBackward0"
+    return getmetatable(x) == Tensor_mt and t_dim(x) == 2 and "MmBackward0" or "UnsafeViewBackward0"
   end,
   fname = "attention_forward",
   raw = fused_forward,

@@ -341,7 +341,7 @@ local function linear_requires_grad(l)
   for i = 1, #names do
     local t = l[names[i]]
     if t ~= nil then
-      adopt_parameter(t)
+      if not parameters[t] then adopt_parameter(t) end -- the call only for a tensor not yet adopted
       if history[t] then found = true end
     end
   end
