@@ -266,6 +266,40 @@ static int autograd_finish(lua_State *L) {
   return n - 3;
 }
 
+/* _autograd_shape_key(t): the key of tensor t's sizes (push_shape_key). */
+static int autograd_shape_key(lua_State *L) {
+  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 't' (expected attn.Tensor, got %s)", luaL_typename(L, 1));
+  push_shape_key(L, lua_touserdata(L, 1));
+  return 1;
+}
+
+/* The sizes a shape key holds into size; their count, or -1 when s is not a key. */
+static int key_sizes(const char *key, size_t len, int64_t size[ATTN_MAX_DIMS]) {
+  if (len % sizeof size[0] != 0 || len > ATTN_MAX_DIMS * sizeof size[0]) return -1;
+  memcpy(size, key, len);
+  return (int)(len / sizeof size[0]);
+}
+
+/* _autograd_fill_key(key, g): a new tensor of the sizes the shape key holds,
+ * every element g's one value with its bits (a NaN's payload, -0): a whole
+ * reduction's gradient, g expanded and made contiguous, in one call. */
+static int autograd_fill_key(lua_State *L) {
+  size_t len;
+  const char *key = luaL_checklstring(L, 1, &len);
+  int64_t size[ATTN_MAX_DIMS];
+  int ndim = key_sizes(key, len, size);
+  if (ndim < 0) attnL_error(L, AG, "bad argument #1 'key' (expected a shape key, got a string of %d bytes)", (int)len);
+  if (!is_tensor_at(L, 2)) attnL_error(L, AG, "bad argument #2 'g' (expected attn.Tensor, got %s)", luaL_typename(L, 2));
+  const attn_tensor *g = lua_touserdata(L, 2);
+  if (attn_numel(g) != 1)
+    attnL_error(L, AG, "bad argument #2 'g' (expected one element, got %I)", (lua_Integer)attn_numel(g));
+  float v = g->data[0];
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, AG);
+  int64_t n = attn_numel(out);
+  for (int64_t i = 0; i < n; i++) out->data[i] = v;
+  return 1;
+}
+
 /* _autograd_sizes(key): the list of sizes a shape key (node._shapes) holds. */
 static int autograd_sizes(lua_State *L) {
   size_t len;
@@ -398,7 +432,8 @@ static const luaL_Reg autograd_funcs[] = {
   {"_autograd_finish", autograd_finish}, {"_autograd_heap_kb", autograd_heap_kb},
   {"_autograd_sizes", autograd_sizes},
   {"_autograd_save", autograd_save}, {"_autograd_changed", autograd_changed},
-  {"_autograd_same_size", autograd_same_size}, {"_autograd_ones_like", autograd_ones_like}, {NULL, NULL}};
+  {"_autograd_same_size", autograd_same_size}, {"_autograd_ones_like", autograd_ones_like},
+  {"_autograd_shape_key", autograd_shape_key}, {"_autograd_fill_key", autograd_fill_key}, {NULL, NULL}};
 
 /* Expects [module, methods, metatable] on top; registers into the module
  * with the metatable as the helpers' upvalue. */

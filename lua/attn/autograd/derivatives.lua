@@ -202,7 +202,7 @@ M.reciprocal = unary("reciprocal", "ReciprocalBackward0", function(g, _, r) retu
 
 -- ------------------------------------------------------------ reductions ----
 
-local raw_full = core.full
+local shape_key, fill_key = core._autograd_shape_key, core._autograd_fill_key
 
 -- g of a reduction along d (keepdim or not) back to x's shape
 local function unreduce(g, d, keepdim, x_shape)
@@ -217,6 +217,11 @@ local function total(opname, name_all, name_dim, scale)
     forward = function(ctx, ...)
       local x, d, keepdim = ...
       local r = f(...)
+      if d == nil and not scale then
+        -- a whole sum: its backward needs x's sizes alone, kept as their key (no table)
+        ctx.shape_key = shape_key(x)
+        return r
+      end
       ctx.shape = t_size(x)
       ctx.dim = d and norm_dim(d, t_dim(x)) or nil
       ctx.keepdim = keepdim
@@ -228,12 +233,9 @@ local function total(opname, name_all, name_dim, scale)
     end,
     backward = function(ctx, g)
       ctx:saved()
-      if ctx.dim == nil and not ctx.count then
-        -- a whole sum: g's one value everywhere, in one call (expand and
-        -- contiguous are two and a view); a NaN keeps the copy, bit for bit
-        local v = raw.item(g)
-        if v == v then return raw_full(ctx.shape, v) end
-      end
+      -- a whole sum: g's one value everywhere (its bits, a NaN's too), in one
+      -- call (expand and contiguous are two and a view)
+      if ctx.shape_key then return fill_key(ctx.shape_key, g) end
       local gx = unreduce(g, ctx.dim, ctx.keepdim, ctx.shape)
       if ctx.count then gx = gx / ctx.count end
       return gx:contiguous()
