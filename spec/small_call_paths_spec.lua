@@ -145,3 +145,39 @@ describe("backward's implicit gradient", function()
     assert.same({ 2, 2 }, x.grad:totable())
   end)
 end)
+
+describe("the fused module backward's gradients, returned without a list", function()
+  -- every parameter's gradient from the fused call against the module-by-module
+  -- path's (m:forward with need_weights runs module by module)
+  local function check(m, x)
+    m(x):sum():backward()
+    local fused = {}
+    for _, np in ipairs(m:named_parameters()) do fused[np[1]] = np[2].grad end
+    m:zero_grad()
+    m:forward(x, { need_weights = true }):sum():backward()
+    local n = 0
+    for _, np in ipairs(m:named_parameters()) do
+      n = n + 1
+      assert.is_not_nil(fused[np[1]], np[1])
+      assert.is_true((fused[np[1]] - np[2].grad):abs():max():item() <= 1e-6, np[1])
+    end
+    return n
+  end
+
+  it("reach every parameter of a MultiHeadAttention (out_proj with its bias)", function()
+    attn.manual_seed(3)
+    assert.equals(5, check(attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2), attn.rand(2, 6, 3)))
+  end)
+
+  it("reach every parameter of a MultiHeadAttention whose out_proj has no bias", function()
+    attn.manual_seed(3)
+    local m = attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2)
+    m.out_proj.bias = nil
+    assert.equals(4, check(m, attn.rand(2, 6, 3)))
+  end)
+
+  it("reach every parameter of a CausalAttention", function()
+    attn.manual_seed(3)
+    assert.equals(3, check(attn.nn.CausalAttention(3, 2, 6, 0.0), attn.rand(2, 6, 3)))
+  end)
+end)

@@ -262,9 +262,19 @@ M.fused_attention = autograd.Function{
     local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
       p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
-    if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and wo == nil and bo == nil then
-      -- CausalAttention's parameters: no list
-      return need[1] and dx or nil, need[2] and dwq or nil, need[3] and dwk or nil, need[4] and dwv or nil
+    if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and bo == nil then
+      -- CausalAttention's parameters, and MultiHeadAttention's with an out_proj
+      -- without bias: no list
+      if wo == nil then
+        return need[1] and dx or nil, need[2] and dwq or nil, need[3] and dwk or nil, need[4] and dwv or nil
+      end
+      return need[1] and dx or nil, need[2] and dwq or nil, need[3] and dwk or nil, need[4] and dwv or nil,
+        need[5] and dwo or nil
+    end
+    if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and wo ~= nil and bo ~= nil then
+      -- MultiHeadAttention's (the notebooks': no qkv bias, out_proj with bias): no list
+      return need[1] and dx or nil, need[2] and dwq or nil, need[3] and dwk or nil, need[4] and dwv or nil,
+        need[5] and dwo or nil, need[6] and dbo or nil
     end
     local grads, k = { need[1] and dx or nil }, 1
     if wq ~= nil then k = k + 1; grads[k] = need[k] and dwq or nil end
