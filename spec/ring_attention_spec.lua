@@ -225,32 +225,118 @@ describe("zigzag layout", function()
   end)
 end)
 
+describe("ring attention's hops carry what the ranks ahead use", function()
+  it("the rows passed on are the most any rank still ahead uses (every rank, P up to 6, both layouts)", function()
+    for P = 1, 6 do
+      for _, layout in ipairs{ "contiguous", "zigzag" } do
+        for _, causal in ipairs{ false, true } do
+          local lens = {}
+          for j = 1, P do lens[j] = (layout == "zigzag" or causal) and 2 * 4 or 3 + j end
+          local plan = { P = P, r = 1, causal = causal, layout = layout, qlens = lens, klens = lens }
+          for j = 1, P do
+            for hop = 0, P - 2 do
+              local at = (j - 1 + hop) % P + 1
+              local most = 0
+              for ahead = hop + 1, P - 1 do
+                most = math.max(most, ring._rows_used(plan, j, (j - 1 + ahead) % P + 1))
+              end
+              assert.equal(most, ring._rows_sent(plan, j, at),
+                ("P %d %s causal %s: chunk %d at rank %d"):format(P, layout, tostring(causal), j, at))
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  it("zigzag, is_causal, 2 ranks: rank 1's K and V reach rank 2 as their first half only, in place", function()
+    local got = {}
+    local ok, res = pcall(S.run, 2, function(comm, r)
+      local logged = setmetatable({}, { __index = comm })
+      function logged.irecv(t, src, tag)
+        if r == 2 then got[#got + 1] = t:numel() end
+        return comm.irecv(t, src, tag)
+      end
+      attn.manual_seed(3)
+      local Q, Kt, V = attn.randn(2, 3, 16, 8), attn.randn(2, 3, 16, 8), attn.randn(2, 3, 16, 8)
+      local R = ring.new(logged)
+      local function part(x) return R.zigzag_split(x, -2) end
+      local o = R.ring_attention(part(Q), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+      local want = part(attn.scaled_dot_product_attention(Q, Kt, V, { is_causal = true }))
+      return (o - want):abs():max():item() / want:abs():max():item()
+    end)
+    assert(ok, res)
+    -- rank 1 holds 8 rows per [b, h] slice (chunks 1 and 4 of 4); rank 2's queries see chunk 1 only: 4 rows of
+    -- each of the 6 slices, one message per slice for K and for V
+    assert.equal(12, #got)
+    for i = 1, 12 do assert.equal(4 * 8, got[i]) end
+    assert.is_true(res[1][1] <= 2e-6 and res[2][1] <= 2e-6)
+  end)
+end)
+
 describe("ring attention overlaps communication with computation", function()
-  it("posts the next chunk's receive and the current one's send before computing on it", function()
-    local events, rank_of = {}, {}
+  -- rank 1's calls on a simulated ring of P ranks, logged: "irecv", "isend", "compute", and
+  -- "wait irecv" / "wait isend" when a request is waited for; also the tensors it received into
+  local function logged_run(P, fn)
+    local events, received, rank_of = {}, {}, {}
     local sdpa = attn.scaled_dot_product_attention
     attn.scaled_dot_product_attention = function(...)
       if rank_of[coroutine.running()] == 1 then events[#events + 1] = "compute" end
       return sdpa(...)
     end
-    local ok, err = pcall(S.run, 2, function(comm, r)
+    local ok, res = pcall(S.run, P, function(comm, r)
       rank_of[coroutine.running()] = r
       local logged = setmetatable({}, { __index = comm })
-      function logged.isend(t, dst, tag)
-        if r == 1 then events[#events + 1] = "isend" end
-        return comm.isend(t, dst, tag)
+      for _, op in ipairs{ "isend", "irecv" } do
+        logged[op] = function(t, peer, tag)
+          if r == 1 then
+            events[#events + 1] = op
+            if op == "irecv" then received[#received + 1] = t end
+          end
+          local req = comm[op](t, peer, tag)
+          return { wait = function()
+            if r == 1 then events[#events + 1] = "wait " .. op end
+            return req.wait()
+          end }
+        end
       end
-      function logged.irecv(t, src, tag)
-        if r == 1 then events[#events + 1] = "irecv" end
-        return comm.irecv(t, src, tag)
-      end
-      return ring.new(logged).ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8))
+      return fn(ring.new(logged), r)
     end)
     attn.scaled_dot_product_attention = sdpa
-    assert(ok, err)
-    -- step 1: the own chunk goes out and the next comes in while it is computed on
-    assert.same({ "isend", "isend", "irecv", "irecv", "compute", "compute" }, events)
+    assert(ok, res)
+    return events, received, res
+  end
+
+  it("posts the next chunk's receive, then the current one's send, before computing on it; waits only for the "
+    .. "receive before the next step and for the sends at the end", function()
+    local events = logged_run(2, function(R)
+      return R.ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8))
+    end)
+    assert.same({ "irecv", "irecv", "isend", "isend", "compute", "wait irecv", "wait irecv", "compute", "wait isend",
+                  "wait isend" }, events)
   end)
+
+  it("receives into the same tensors call after call, and a second call still equals the whole sequence's",
+    function()
+      local P, n = 3, 24
+      attn.manual_seed(7)
+      local Q, Kt, V = attn.randn(2, n, 8), attn.randn(2, n, 8), attn.randn(2, n, 8)
+      local Q2 = attn.randn(2, n, 8)
+      local want = attn.scaled_dot_product_attention(Q2, Kt, V, { is_causal = true })
+      local _, received, res = logged_run(P, function(R, r)
+        local function part(x) return R.zigzag_split(x, -2) end
+        R.ring_attention(part(Q), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+        return R.ring_attention(part(Q2), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+      end)
+      -- two hops of K and V per call: 4 receives each, into the same 4 tensors the second time
+      assert.equal(8, #received)
+      for i = 1, 4 do assert.is_true(rawequal(received[i], received[i + 4]), "receive " .. i) end
+      local parts = {}
+      for r = 1, P do parts[r] = res[r][1] end
+      local got = ring.new({ rank = function() return 1 end, world_size = function() return P end })
+        .zigzag_merge(parts, -2)
+      assert.is_true((got - want):abs():max():item() <= 2e-6 * want:abs():max():item())
+    end)
 end)
 
 -- The same checks under Open MPI: spec/dist/ring_check.lua on 2 and 3 ranks
