@@ -366,7 +366,7 @@ local function forward(plan, q, k, v)
   local P, r = plan.P, plan.r
   local kc, vc = k:contiguous(), v:contiguous()
   local out, lse
-  local written = {} -- written[i]: local row i (0-based) holds a partial result
+  local written = {} -- the row ranges {a, b} (local, 0-based, [a, b)) that hold a partial result
   local opts = { return_lse = true, scale = plan.scale }
   local rot = new_rotation(true)
   for s = 0, P - 1 do
@@ -374,30 +374,34 @@ local function forward(plan, q, k, v)
     local reqs, nk, nv
     if s < P - 1 then reqs, nk, nv = rotate(plan, rot, s, j, kc, vc) end
     for _, b in ipairs(blocks(plan, j)) do
-      opts.is_causal = b.causal
-      local o, l = attn.scaled_dot_product_attention(q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl),
-        vc:narrow(-2, b.ka + 1, b.kl), opts)
+      local qb, kb, vb = q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl), vc:narrow(-2, b.ka + 1, b.kl)
       local fresh = true
-      for i = b.qa, b.qa + b.ql - 1 do
-        if written[i] then fresh = false end
-        written[i] = true
+      for _, w in ipairs(written) do
+        if w[1] < b.qa + b.ql and b.qa < w[2] then fresh = false end
       end
-      if out == nil and b.ql == plan.qlens[r] then
-        -- the first partial covers every row: it is the result so far (fresh tensors of the call's own)
-        out, lse = o, l
+      written[#written + 1] = { b.qa, b.qa + b.ql }
+      if not fresh then
+        -- the fused kernel merges the block into the rows' running result itself: its online softmax starts
+        -- from them (the merge of src/core/lse_merge.h without the block's own out and lse)
+        core._sdpa_resume(qb, kb, vb, out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), b.causal,
+          plan.scale)
       else
-        if out == nil then
-          local os = o:size()
-          os[#os - 1] = plan.qlens[r]
-          out = attn.zeros(os)
-          local ls = { table.unpack(os, 1, #os - 1) }
-          lse = attn.full(ls, NEG_INF)
-        end
-        if fresh then -- the rows' first partial is their result so far: no merge
+        opts.is_causal = b.causal
+        local o, l = attn.scaled_dot_product_attention(qb, kb, vb, opts)
+        if out == nil and b.ql == plan.qlens[r] then
+          -- the first partial covers every row: it is the result so far (fresh tensors of the call's own)
+          out, lse = o, l
+        else
+          if out == nil then
+            local os = o:size()
+            os[#os - 1] = plan.qlens[r]
+            out = attn.zeros(os)
+            local ls = { table.unpack(os, 1, #os - 1) }
+            lse = attn.full(ls, NEG_INF)
+          end
+          -- the rows' first partial is their result so far
           out:narrow(-2, b.qa + 1, b.ql):copy_(o)
           lse:narrow(-1, b.qa + 1, b.ql):copy_(l)
-        else
-          merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
         end
       end
     end
