@@ -250,7 +250,8 @@ describe("ring attention's hops carry what the ranks ahead use", function()
     end
   end)
 
-  it("zigzag, is_causal, 2 ranks: rank 1's K and V reach rank 2 as their first half only, in place", function()
+  -- rank 2's receives (numel of each) in a zigzag causal call on 2 ranks of [2, 3, n, e], and the relative error
+  local function zigzag_receives(n, e)
     local got = {}
     local ok, res = pcall(S.run, 2, function(comm, r)
       local logged = setmetatable({}, { __index = comm })
@@ -259,7 +260,7 @@ describe("ring attention's hops carry what the ranks ahead use", function()
         return comm.irecv(t, src, tag)
       end
       attn.manual_seed(3)
-      local Q, Kt, V = attn.randn(2, 3, 16, 8), attn.randn(2, 3, 16, 8), attn.randn(2, 3, 16, 8)
+      local Q, Kt, V = attn.randn(2, 3, n, e), attn.randn(2, 3, n, e), attn.randn(2, 3, n, e)
       local R = ring.new(logged)
       local function part(x) return R.zigzag_split(x, -2) end
       local o = R.ring_attention(part(Q), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
@@ -267,11 +268,19 @@ describe("ring attention's hops carry what the ranks ahead use", function()
       return (o - want):abs():max():item() / want:abs():max():item()
     end)
     assert(ok, res)
-    -- rank 1 holds 8 rows per [b, h] slice (chunks 1 and 4 of 4); rank 2's queries see chunk 1 only: 4 rows of
-    -- each of the 6 slices, one message per slice for K and for V
-    assert.equal(12, #got)
-    for i = 1, 12 do assert.equal(4 * 8, got[i]) end
     assert.is_true(res[1][1] <= 2e-6 and res[2][1] <= 2e-6)
+    return got
+  end
+
+  it("zigzag, is_causal, 2 ranks: rank 1's K and V reach rank 2 as their first half only", function()
+    -- rank 1 holds chunks 1 and 4 of 4 (2 x 64 rows per [b, h] slice); rank 2's queries see chunk 1 only: 64 rows of
+    -- each of the 6 slices, one message per slice for K and for V, each received in place
+    local got = zigzag_receives(256, 64)
+    assert.equal(12, #got)
+    for i = 1, 12 do assert.equal(64 * 64, got[i]) end
+    -- small slices (4 rows of 8) go packed: one message for K, one for V
+    got = zigzag_receives(16, 8)
+    assert.same({ 6 * 4 * 8, 6 * 4 * 8 }, got)
   end)
 end)
 

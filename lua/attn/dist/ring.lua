@@ -157,8 +157,26 @@ end
 -- lengths): causal blocks wholly in the future are left out, wholly past
 -- ones are full, the diagonal one is causal; neighbouring full blocks are
 -- joined into one call.
+local compute_blocks
+
 local function blocks(plan, j, r)
   r = r or plan.r
+  -- a call asks for some pairs more than once (its own steps, and what the ranks ahead use): made once per plan
+  local cache = plan.block_cache
+  if not cache then
+    cache = {}
+    plan.block_cache = cache
+  end
+  local key = r * (plan.P + 1) + j
+  local list = cache[key]
+  if not list then
+    list = compute_blocks(plan, j, r)
+    cache[key] = list
+  end
+  return list
+end
+
+function compute_blocks(plan, j, r)
   if plan.causal and j == r and plan.qlens[j] > 0 then
     -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
     -- is causal attention over the local sequence itself, one block (zigzag's chunk pairs would be two
@@ -259,16 +277,17 @@ end
 -- rows), contiguous. All of what is held goes as one message; a prefix of
 -- it (the part the ranks ahead use) as one message per leading index, each
 -- a contiguous [rows, E] run sent from where it lies and received into its
--- place (no packing copy on either side), unless there are more than
--- MAX_PIECES of them: then packed into one (a copy by the sender).
-local MAX_PIECES = 64
+-- place (no packing copy on either side), unless they are many (more than
+-- MAX_PIECES) or small (under MIN_PIECE floats, where a message costs more
+-- than its copy): then packed into one (a copy by the sender).
+local MAX_PIECES, MIN_PIECE = 64, 4096
 
 local function hop_pieces(t, rows, held, sending)
   if rows == held then return { t } end
   local e = t:size(-1)
   local n = t:size(-2)
   local g = n * e > 0 and t:numel() // (n * e) or 0
-  if g > MAX_PIECES or g == 0 then
+  if g > MAX_PIECES or g == 0 or rows * e < MIN_PIECE then
     return { sending and t:narrow(-2, 1, rows):contiguous() or t }
   end
   local v = t:view(g, n, e)
