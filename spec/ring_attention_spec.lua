@@ -285,17 +285,18 @@ describe("ring attention's hops carry what the ranks ahead use", function()
 end)
 
 describe("ring attention overlaps communication with computation", function()
-  -- rank 1's calls on a simulated ring of P ranks, logged: "irecv", "isend", "compute", and
+  -- rank who's (default 1) calls on a simulated ring of P ranks, logged: "irecv", "isend", "compute", and
   -- "wait irecv" / "wait isend" when a request is waited for; also the tensors it received into
-  local function logged_run(P, fn)
+  local function logged_run(P, fn, who)
+    who = who or 1
     local events, received, rank_of = {}, {}, {}
     local sdpa, resume = attn.scaled_dot_product_attention, core._sdpa_resume
     attn.scaled_dot_product_attention = function(...)
-      if rank_of[coroutine.running()] == 1 then events[#events + 1] = "compute" end
+      if rank_of[coroutine.running()] == who then events[#events + 1] = "compute" end
       return sdpa(...)
     end
     core._sdpa_resume = function(...) -- a block merged into the rows' running result by the kernel
-      if rank_of[coroutine.running()] == 1 then events[#events + 1] = "compute" end
+      if rank_of[coroutine.running()] == who then events[#events + 1] = "compute" end
       return resume(...)
     end
     local ok, res = pcall(S.run, P, function(comm, r)
@@ -303,13 +304,13 @@ describe("ring attention overlaps communication with computation", function()
       local logged = setmetatable({}, { __index = comm })
       for _, op in ipairs{ "isend", "irecv" } do
         logged[op] = function(t, peer, tag)
-          if r == 1 then
+          if r == who then
             events[#events + 1] = op
             if op == "irecv" then received[#received + 1] = t end
           end
           local req = comm[op](t, peer, tag)
           return { wait = function()
-            if r == 1 then events[#events + 1] = "wait " .. op end
+            if r == who then events[#events + 1] = "wait " .. op end
             return req.wait()
           end }
         end
@@ -351,6 +352,22 @@ describe("ring attention overlaps communication with computation", function()
         .zigzag_merge(parts, -2)
       assert.is_true((got - want):abs():max():item() <= 2e-6 * want:abs():max():item())
     end)
+
+  it("the backward's receives do not take the forward's tensors (whose hops are trimmed)", function()
+    -- 2 ranks, zigzag, is_causal: rank 2 receives half of rank 1's chunk in the forward, all of it in the backward
+    local _, received = logged_run(2, function(R)
+      attn.manual_seed(9)
+      local q, k, v = attn.randn(2, 8, 4), attn.randn(2, 8, 4), attn.randn(2, 8, 4)
+      local opts = { is_causal = true, layout = "zigzag" }
+      local o = R.ring_attention(q:clone():requires_grad_(), k, v, opts)
+      o:sum():backward()
+      R.ring_attention(q, k, v, opts)
+    end, 2)
+    -- forward: K and V (half); backward: K, V, and dK, dV twice (each step's and the last hop's); forward again
+    local first, last = { received[1], received[2] }, { received[#received - 1], received[#received] }
+    assert.equal(2 * 4 * 4, first[1]:numel()) -- [2, 4 of 8 rows, 4]
+    assert.is_true(rawequal(first[1], last[1]) and rawequal(first[2], last[2]))
+  end)
 end)
 
 -- The same checks under Open MPI: spec/dist/ring_check.lua on 2 and 3 ranks

@@ -300,7 +300,8 @@ end
 -- communicator: plan.pool): K and V land in memory that is already mapped,
 -- instead of tensors zeroed and paged in on every call (for B_causal's 2 x 4
 -- MiB, 0.8 ms of a rank's 72 here). Three slots in turn: the chunk computed
--- on, the next one arriving, and the one before, whose send may be under way.
+-- on, the next one arriving, and the one before, whose send may be under way;
+-- a K and a V tensor per slot, for the forward and for the backward.
 local function recv_buffer(plan, slot, shape)
   local t = plan.pool[slot]
   if t == nil or not same(t:size(), shape) then
@@ -345,8 +346,10 @@ local function rotate(plan, rot, s, j, kc, vc)
   local n_in = rot.trim and rows_sent(plan, src, prv) or plan.klens[src]
   if n_in > 0 or not rot.trim then
     local held_in = rot.trim and rows_held(plan, src, prv) or n_in
-    nk = recv_buffer(plan, 2 * slot - 1, with_rows(plan.kshapes[src], n_in))
-    nv = recv_buffer(plan, 2 * slot, with_rows(plan.vshapes[src], n_in))
+    -- the backward's buffers apart from the forward's (whose hops may be trimmed): neither reshapes the other's
+    local base = rot.trim and 0 or 6
+    nk = recv_buffer(plan, base + 2 * slot - 1, with_rows(plan.kshapes[src], n_in))
+    nv = recv_buffer(plan, base + 2 * slot, with_rows(plan.vshapes[src], n_in))
     post_all(recvs, comm.irecv, hop_pieces(nk, n_in, held_in, false), prv, TAG_K)
     post_all(recvs, comm.irecv, hop_pieces(nv, n_in, held_in, false), prv, TAG_V)
   end
