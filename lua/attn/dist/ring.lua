@@ -378,7 +378,9 @@ end
 -- lse) o). Rows with no visible key on either side stay zero with lse -inf
 -- (the max is taken as 0 there, so no -inf - -inf). One pass in C
 -- (src/core/lse_merge.c): the same arithmetic as the tensor ops it stands
--- for, without their dozen temporaries.
+-- for, without their dozen temporaries. The forward has the kernel do this
+-- merge instead (core._sdpa_resume); this pass is the merge's definition
+-- the specs check (M._merge_into).
 local function merge_into(acc_o, acc_l, o, l)
   core._lse_merge(acc_o, acc_l, o, l)
 end
