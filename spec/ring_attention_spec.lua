@@ -6,6 +6,7 @@
 -- checks run under mpirun in spec/dist/ring_check.lua.
 local attn = require "attn"
 local ring = require "attn.dist.ring"
+local core = require "attn.core"
 local S = dofile("spec/dist/sim_ring.lua")
 local K = dofile("spec/dist/ring_cases.lua")
 
@@ -225,31 +226,147 @@ describe("zigzag layout", function()
   end)
 end)
 
-describe("ring attention overlaps communication with computation", function()
-  it("posts the next chunk's receive and the current one's send before computing on it", function()
-    local events, rank_of = {}, {}
-    local sdpa = attn.scaled_dot_product_attention
-    attn.scaled_dot_product_attention = function(...)
-      if rank_of[coroutine.running()] == 1 then events[#events + 1] = "compute" end
-      return sdpa(...)
-    end
-    local ok, err = pcall(S.run, 2, function(comm, r)
-      rank_of[coroutine.running()] = r
-      local logged = setmetatable({}, { __index = comm })
-      function logged.isend(t, dst, tag)
-        if r == 1 then events[#events + 1] = "isend" end
-        return comm.isend(t, dst, tag)
+describe("ring attention's hops carry what the ranks ahead use", function()
+  it("the rows passed on are the most any rank still ahead uses (every rank, P up to 6, both layouts)", function()
+    for P = 1, 6 do
+      for _, layout in ipairs{ "contiguous", "zigzag" } do
+        for _, causal in ipairs{ false, true } do
+          local lens = {}
+          for j = 1, P do lens[j] = (layout == "zigzag" or causal) and 2 * 4 or 3 + j end
+          local plan = { P = P, r = 1, causal = causal, layout = layout, qlens = lens, klens = lens }
+          for j = 1, P do
+            for hop = 0, P - 2 do
+              local at = (j - 1 + hop) % P + 1
+              local most = 0
+              for ahead = hop + 1, P - 1 do
+                most = math.max(most, ring._rows_used(plan, j, (j - 1 + ahead) % P + 1))
+              end
+              assert.equal(most, ring._rows_sent(plan, j, at),
+                ("P %d %s causal %s: chunk %d at rank %d"):format(P, layout, tostring(causal), j, at))
+            end
+          end
+        end
       end
+    end
+  end)
+
+  -- rank 2's receives (numel of each) in a zigzag causal call on 2 ranks of [2, 3, n, e], and the relative error
+  local function zigzag_receives(n, e)
+    local got = {}
+    local ok, res = pcall(S.run, 2, function(comm, r)
+      local logged = setmetatable({}, { __index = comm })
       function logged.irecv(t, src, tag)
-        if r == 1 then events[#events + 1] = "irecv" end
+        if r == 2 then got[#got + 1] = t:numel() end
         return comm.irecv(t, src, tag)
       end
-      return ring.new(logged).ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8))
+      attn.manual_seed(3)
+      local Q, Kt, V = attn.randn(2, 3, n, e), attn.randn(2, 3, n, e), attn.randn(2, 3, n, e)
+      local R = ring.new(logged)
+      local function part(x) return R.zigzag_split(x, -2) end
+      local o = R.ring_attention(part(Q), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+      local want = part(attn.scaled_dot_product_attention(Q, Kt, V, { is_causal = true }))
+      return (o - want):abs():max():item() / want:abs():max():item()
     end)
-    attn.scaled_dot_product_attention = sdpa
-    assert(ok, err)
-    -- step 1: the own chunk goes out and the next comes in while it is computed on
-    assert.same({ "isend", "isend", "irecv", "irecv", "compute", "compute" }, events)
+    assert(ok, res)
+    assert.is_true(res[1][1] <= 2e-6 and res[2][1] <= 2e-6)
+    return got
+  end
+
+  it("zigzag, is_causal, 2 ranks: rank 1's K and V reach rank 2 as their first half only", function()
+    -- rank 1 holds chunks 1 and 4 of 4 (2 x 64 rows per [b, h] slice); rank 2's queries see chunk 1 only: 64 rows of
+    -- each of the 6 slices, one message per slice for K and for V, each received in place
+    local got = zigzag_receives(256, 64)
+    assert.equal(12, #got)
+    for i = 1, 12 do assert.equal(64 * 64, got[i]) end
+    -- small slices (4 rows of 8) go packed: one message for K, one for V
+    got = zigzag_receives(16, 8)
+    assert.same({ 6 * 4 * 8, 6 * 4 * 8 }, got)
+  end)
+end)
+
+describe("ring attention overlaps communication with computation", function()
+  -- rank who's (default 1) calls on a simulated ring of P ranks, logged: "irecv", "isend", "compute", and
+  -- "wait irecv" / "wait isend" when a request is waited for; also the tensors it received into
+  local function logged_run(P, fn, who)
+    who = who or 1
+    local events, received, rank_of = {}, {}, {}
+    local sdpa, resume = attn.scaled_dot_product_attention, core._sdpa_resume
+    attn.scaled_dot_product_attention = function(...)
+      if rank_of[coroutine.running()] == who then events[#events + 1] = "compute" end
+      return sdpa(...)
+    end
+    core._sdpa_resume = function(...) -- a block merged into the rows' running result by the kernel
+      if rank_of[coroutine.running()] == who then events[#events + 1] = "compute" end
+      return resume(...)
+    end
+    local ok, res = pcall(S.run, P, function(comm, r)
+      rank_of[coroutine.running()] = r
+      local logged = setmetatable({}, { __index = comm })
+      for _, op in ipairs{ "isend", "irecv" } do
+        logged[op] = function(t, peer, tag)
+          if r == who then
+            events[#events + 1] = op
+            if op == "irecv" then received[#received + 1] = t end
+          end
+          local req = comm[op](t, peer, tag)
+          return { wait = function()
+            if r == who then events[#events + 1] = "wait " .. op end
+            return req.wait()
+          end }
+        end
+      end
+      return fn(ring.new(logged), r)
+    end)
+    attn.scaled_dot_product_attention, core._sdpa_resume = sdpa, resume
+    assert(ok, res)
+    return events, received, res
+  end
+
+  it("posts the next chunk's receive, then the current one's send, before computing on it; waits only for the "
+    .. "receive before the next step and for the sends at the end", function()
+    local events = logged_run(2, function(R)
+      return R.ring_attention(attn.randn(4, 8), attn.randn(4, 8), attn.randn(4, 8))
+    end)
+    assert.same({ "irecv", "irecv", "isend", "isend", "compute", "wait irecv", "wait irecv", "compute", "wait isend",
+                  "wait isend" }, events)
+  end)
+
+  it("receives into the same tensors call after call, and a second call still equals the whole sequence's",
+    function()
+      local P, n = 3, 24
+      attn.manual_seed(7)
+      local Q, Kt, V = attn.randn(2, n, 8), attn.randn(2, n, 8), attn.randn(2, n, 8)
+      local Q2 = attn.randn(2, n, 8)
+      local want = attn.scaled_dot_product_attention(Q2, Kt, V, { is_causal = true })
+      local _, received, res = logged_run(P, function(R, r)
+        local function part(x) return R.zigzag_split(x, -2) end
+        R.ring_attention(part(Q), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+        return R.ring_attention(part(Q2), part(Kt), part(V), { is_causal = true, layout = "zigzag" })
+      end)
+      -- two hops of K and V per call: 4 receives each, into the same 4 tensors the second time
+      assert.equal(8, #received)
+      for i = 1, 4 do assert.is_true(rawequal(received[i], received[i + 4]), "receive " .. i) end
+      local parts = {}
+      for r = 1, P do parts[r] = res[r][1] end
+      local got = ring.new({ rank = function() return 1 end, world_size = function() return P end })
+        .zigzag_merge(parts, -2)
+      assert.is_true((got - want):abs():max():item() <= 2e-6 * want:abs():max():item())
+    end)
+
+  it("the backward's receives do not take the forward's tensors (whose hops are trimmed)", function()
+    -- 2 ranks, zigzag, is_causal: rank 2 receives half of rank 1's chunk in the forward, all of it in the backward
+    local _, received = logged_run(2, function(R)
+      attn.manual_seed(9)
+      local q, k, v = attn.randn(2, 8, 4), attn.randn(2, 8, 4), attn.randn(2, 8, 4)
+      local opts = { is_causal = true, layout = "zigzag" }
+      local o = R.ring_attention(q:clone():requires_grad_(), k, v, opts)
+      o:sum():backward()
+      R.ring_attention(q, k, v, opts)
+    end, 2)
+    -- forward: K and V (half); backward: K, V, and dK, dV twice (each step's and the last hop's); forward again
+    local first, last = { received[1], received[2] }, { received[#received - 1], received[#received] }
+    assert.equal(2 * 4 * 4, first[1]:numel()) -- [2, 4 of 8 rows, 4]
+    assert.is_true(rawequal(first[1], last[1]) and rawequal(first[2], last[2]))
   end)
 end)
 

@@ -102,6 +102,7 @@ typedef struct flash_ctx {
   attn_tensor *out;
   int64_t nqblk;                   /* query blocks per slice */
   attn_flash_tile off;             /* the per-thread scratch's layout */
+  attn_tensor *resume_lse;         /* attn_flash_tiles_resume: the running lse (out is the running output) */
 } flash_ctx;
 
 /* One work item's state: its slice, its rows and its scratch tiles. */
@@ -140,6 +141,56 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
   c->kr->gemm_t_rescale(st + g0, BQ, kn, n_p, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, t->a + g0);
 }
 
+/* attn_flash_tiles_resume: where slice bi's row r0 of the running output
+ * and lse lie (their own strides; the batch dims those of the problem). */
+static void resume_rows(const flash_ctx *c, int64_t bi, int64_t r0, float **o, float **lse) {
+  const attn_tensor *out = c->out, *l = c->resume_lse;
+  int nb = c->p.nbatch;
+  int64_t oo = r0 * out->stride[nb], lo = r0 * l->stride[nb];
+  for (int d = nb - 1; d >= 0; d--) {
+    int64_t i = bi % c->p.batch[d];
+    bi /= c->p.batch[d];
+    oo += i * out->stride[d];
+    lo += i * l->stride[d];
+  }
+  *o = out->data + oo;
+  *lse = l->data + lo;
+}
+
+/* The online softmax's state from a partial result over other keys (out
+ * normalised, lse its log-sum-exp): m = lse, l = 1 (0 where lse is -inf,
+ * as a row that saw nothing), Ot = out; the steps that follow weigh it by
+ * e^(lse - m') against the new keys' e^(s - m'), as if its keys had been
+ * visited first. */
+static void resume_load(const flash_ctx *c, flash_item *t, int64_t bi) {
+  float *o, *lse;
+  resume_rows(c, bi, t->r0, &o, &lse);
+  int64_t ors = c->out->stride[c->p.nbatch], lrs = c->resume_lse->stride[c->p.nbatch];
+  for (int64_t i = 0; i < t->rows; i++) {
+    float m = lse[i * lrs];
+    t->m[i] = m;
+    t->l[i] = m == -INFINITY ? 0.0f : 1.0f;
+    if (m == -INFINITY) continue; /* Ot stays 0: its weight is 0, and 0 * NaN would not be */
+    for (int64_t d = 0; d < c->p.ev; d++) t->ot[d * BQ + i] = o[i * ors + d];
+  }
+}
+
+/* out = Ot^T, lse = m + log l into the running output's rows */
+static void resume_store(const flash_ctx *c, const flash_item *t, int64_t bi) {
+  float *o, *lse;
+  resume_rows(c, bi, t->r0, &o, &lse);
+  int64_t ors = c->out->stride[c->p.nbatch], lrs = c->resume_lse->stride[c->p.nbatch];
+  for (int64_t i = 0; i < t->rows; i++) {
+    float *oi = o + i * ors;
+    if (t->m[i] == -INFINITY) {
+      for (int64_t d = 0; d < c->p.ev; d++) oi[d] = 0.0f;
+    } else {
+      for (int64_t d = 0; d < c->p.ev; d++) oi[d] = t->ot[d * BQ + i];
+    }
+    lse[i * lrs] = attn_sdpa_lse_of(t->m[i], (double)t->l[i]);
+  }
+}
+
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = &c->p;
@@ -168,6 +219,7 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
     t.l[i] = 0.0f;
   }
   for (int64_t d = 0; d < ev; d++) memset(t.ot + d * BQ, 0, (size_t)rows_p * sizeof(float));
+  if (c->resume_lse) resume_load(c, &t, bi);
   t.sk0 = attn_sdpa_row_stride(p, &p->k);
   t.sk1 = attn_sdpa_col_stride(p, &p->k);
   t.sv0 = attn_sdpa_row_stride(p, &p->v);
@@ -218,6 +270,10 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       key_step(c, &t, 0, rows_p, tk.begin, tk.end - tk.begin);
     }
   }
+  if (c->resume_lse) {
+    resume_store(c, &t, bi);
+    return;
+  }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */
   float *o = c->out->data + (bi * lq + r0) * ev;
   for (int64_t i = 0; i < rows; i++) {
@@ -234,13 +290,15 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   }
 }
 
-/* problem -> out, lse: the items (slice, query block) in one parallel for */
-attn_status attn_flash_tiles(const attn_sdpa_problem *p, attn_tensor *out) {
+/* problem -> out, lse: the items (slice, query block) in one parallel for;
+ * resume_lse: attn_flash_tiles_resume's running lse, else NULL */
+static attn_status tiles(const attn_sdpa_problem *p, attn_tensor *out, attn_tensor *resume_lse) {
   flash_ctx c;
   memset(&c, 0, sizeof c);
   c.p = *p;
   c.kr = attn_cpu_kernels();
   c.out = out;
+  c.resume_lse = resume_lse;
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   size_t block = 0;
   int ok = attn_flash_tile_layout(&c.off, &block, c.p.e, c.p.ev);
@@ -258,4 +316,10 @@ attn_status attn_flash_tiles(const attn_sdpa_problem *p, attn_tensor *out) {
   }
   free(work.scratch);
   return ATTN_OK;
+}
+
+attn_status attn_flash_tiles(const attn_sdpa_problem *p, attn_tensor *out) { return tiles(p, out, NULL); }
+
+attn_status attn_flash_tiles_resume(const attn_sdpa_problem *p, attn_tensor *out, attn_tensor *lse) {
+  return tiles(p, out, lse);
 }

@@ -18,4 +18,13 @@
  * bits of out are the same for any OMP_NUM_THREADS. */
 attn_status attn_flash_tiles(const attn_sdpa_problem *p, attn_tensor *out);
 
+/* attn_flash_tiles continuing from a partial result over other keys: out
+ * [B..., Lq, Ev] (the problem's batch shape) holds it, normalised, and lse
+ * [B..., Lq] its log-sum-exp (-inf, with zeros in out, for a row that saw no
+ * key); both become the result over those keys and the problem's: the
+ * log-sum-exp merge of lse_merge.h done by the online softmax itself. Any
+ * strides but out's last, which must be 1; p->lse NULL. For ring attention
+ * (attn_sdpa_resume, src/core/lse_merge.h). */
+attn_status attn_flash_tiles_resume(const attn_sdpa_problem *p, attn_tensor *out, attn_tensor *lse);
+
 #endif

@@ -9,7 +9,9 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "flash.h"
 #include "lse_merge.h"
+#include "sdpa_common.h"
 #include "threads.h"
 
 /* [lo, hi) byte range that t's elements lie in (empty: lo == hi). */
@@ -103,4 +105,35 @@ attn_status attn_lse_merge(attn_tensor *out, attn_tensor *lse, const attn_tensor
     }
   }
   return ATTN_OK;
+}
+
+attn_status attn_sdpa_resume(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, float scale,
+                             int is_causal, attn_tensor *out, attn_tensor *lse) {
+  attn_sdpa_opts opts = attn_sdpa_defaults();
+  opts.scale = scale;
+  opts.is_causal = is_causal;
+  attn_sdpa_problem p;
+  attn_status st = attn_sdpa_describe(q, k, v, &opts, &p);
+  if (st != ATTN_OK) return st;
+  char b1[200], b2[200];
+  int nb = p.nbatch;
+  int fits = out->ndim == nb + 2 && lse->ndim == nb + 1 && out->size[nb] == p.lq && out->size[nb + 1] == p.ev &&
+             lse->size[nb] == p.lq;
+  for (int d = 0; fits && d < nb; d++) fits = out->size[d] == p.batch[d] && lse->size[d] == p.batch[d];
+  if (!fits)
+    return attn_fail(ATTN_ESHAPE, "expected out [..., %lld, %lld] and lse [..., %lld] over the batch of q, k, v, "
+                     "got out %s, lse %s", (long long)p.lq, (long long)p.ev, (long long)p.lq,
+                     attn_shape_str(out, b1, sizeof b1), attn_shape_str(lse, b2, sizeof b2));
+  if (p.ev > 1 && out->stride[nb + 1] != 1)
+    return attn_fail(ATTN_EARG, "out's last dim must have stride 1, got %lld", (long long)out->stride[nb + 1]);
+  if (attn_has_internal_overlap(out) || attn_has_internal_overlap(lse))
+    return attn_fail(ATTN_EARG, "out and lse are written in place: they must not repeat an element (an expanded dim)");
+  const attn_tensor *read[] = {q, k, v, lse};
+  const char *names[] = {"q", "k", "v", "lse"};
+  for (int i = 0; i < 4; i++)
+    if (ranges_meet(out, read[i])) return attn_fail(ATTN_EARG, "out must not share memory with %s", names[i]);
+  for (int i = 0; i < 3; i++)
+    if (ranges_meet(lse, read[i])) return attn_fail(ATTN_EARG, "lse must not share memory with %s", names[i]);
+  if (attn_sizes_product(nb, p.batch) == 0 || p.lq == 0) return ATTN_OK;
+  return attn_flash_tiles_resume(&p, out, lse);
 }

@@ -83,7 +83,7 @@ end
 -- Agree on the call across ranks (one all_gather of a small tensor) and make
 -- the plan: every rank reaches the same verdict from the same gathered rows,
 -- so a mismatch is the same error everywhere, never a hang.
-local function make_plan(comm, q, k, v, causal, scale, layout)
+local function make_plan(comm, pool, q, k, v, causal, scale, layout)
   local P, r = comm.world_size(), comm.rank()
   local row = {}
   pack_shape(row, 1, q:size())
@@ -148,22 +148,42 @@ local function make_plan(comm, q, k, v, causal, scale, layout)
       end
     end
   end
-  return { comm = comm, P = P, r = r, causal = causal, scale = scale, layout = layout, qlens = qlens, klens = klens,
-           kshapes = ks, vshapes = vs }
+  return { comm = comm, pool = pool, P = P, r = r, causal = causal, scale = scale, layout = layout, qlens = qlens,
+           klens = klens, kshapes = ks, vshapes = vs }
 end
 
--- The attention blocks of this rank's queries against rank j's keys, as
--- {qa, ql, ka, kl, causal} (local 0-based offsets and lengths): causal
--- blocks wholly in the future are left out, wholly past ones are full, the
--- diagonal one is causal; neighbouring full blocks are joined into one call.
-local function blocks(plan, j)
-  if plan.causal and j == plan.r and plan.qlens[j] > 0 then
+-- The attention blocks of rank r's queries (default: this rank's) against
+-- rank j's keys, as {qa, ql, ka, kl, causal} (local 0-based offsets and
+-- lengths): causal blocks wholly in the future are left out, wholly past
+-- ones are full, the diagonal one is causal; neighbouring full blocks are
+-- joined into one call.
+local compute_blocks
+
+local function blocks(plan, j, r)
+  r = r or plan.r
+  -- a call asks for some pairs more than once (its own steps, and what the ranks ahead use): made once per plan
+  local cache = plan.block_cache
+  if not cache then
+    cache = {}
+    plan.block_cache = cache
+  end
+  local key = r * (plan.P + 1) + j
+  local list = cache[key]
+  if not list then
+    list = compute_blocks(plan, j, r)
+    cache[key] = list
+  end
+  return list
+end
+
+function compute_blocks(plan, j, r)
+  if plan.causal and j == r and plan.qlens[j] > 0 then
     -- the rank's own keys: its chunks are in sequence order in both layouts, so what its rows see of them
     -- is causal attention over the local sequence itself, one block (zigzag's chunk pairs would be two
     -- diagonal blocks and a full one: three calls, and in the forward their merge)
     return { { qa = 0, ql = plan.qlens[j], ka = 0, kl = plan.klens[j], causal = true } }
   end
-  local qc = chunks_of(plan.layout, plan.qlens, plan.r, plan.P)
+  local qc = chunks_of(plan.layout, plan.qlens, r, plan.P)
   local kc = chunks_of(plan.layout, plan.klens, j, plan.P)
   local list = {}
   for _, a in ipairs(qc) do
@@ -211,18 +231,146 @@ local function wait_all(reqs)
   for i = 1, #reqs do reqs[i]:wait() end
 end
 
--- Post the rotation of the chunk (k, v) now held (from rank j) to the next
--- rank and the receive of the one after it (from rank j - 1) from the
--- previous rank: returns the requests and the receiving tensors.
-local function rotate(plan, j, kc, vc)
-  local P, r = plan.P, plan.r
+-- The rows (dim -2, a prefix) of rank j's K/V chunk that rank r's queries
+-- use: 0 when no block of theirs sees it.
+local function rows_used(plan, j, r)
+  local n = 0
+  for _, b in ipairs(blocks(plan, j, r)) do
+    if b.ka + b.kl > n then n = b.ka + b.kl end
+  end
+  return n
+end
+
+-- The rows of rank j's chunk that the rank holding it (at) passes on: the
+-- most that a rank still ahead on its way (at + 1, ..., j - 1, cyclically)
+-- uses. Along the way the rows used never go down and then up: with
+-- contiguous chunks and is_causal the ranks after j use all of it and those
+-- before it none; with zigzag the ranks after j use its first half (the
+-- second is the sequence's last positions but theirs) and those before it
+-- all of it; without is_causal everyone uses all of it. So the most is the
+-- first or the last rank's (spec/ring_attention_spec.lua checks every rank
+-- for P up to 6). Rank 1's zigzag chunk thus travels as its first half only,
+-- and a contiguous chunk stops at the last rank.
+local function rows_sent(plan, j, at)
+  local P = plan.P
+  local first, last = at % P + 1, (j - 2) % P + 1
+  if first == j then return 0 end -- it has been everywhere
+  local a, b = rows_used(plan, j, first), rows_used(plan, j, last)
+  return a > b and a or b
+end
+
+-- The rows of rank j's chunk that rank `at` holds once it has come there.
+local function rows_held(plan, j, at)
+  if at == j then return plan.klens[j] end
+  return rows_sent(plan, j, (at - 2) % plan.P + 1)
+end
+
+-- s with dim -2 set to n.
+local function with_rows(s, n)
+  local t = { table.unpack(s) }
+  t[#t - 1] = n
+  return t
+end
+
+-- The messages of a hop of `rows` rows of a chunk of which the sender holds
+-- `held`: t is the sender's tensor (held rows) or the receiver's (rows
+-- rows), contiguous. All of what is held goes as one message; a prefix of
+-- it (the part the ranks ahead use) as one message per leading index, each
+-- a contiguous [rows, E] run sent from where it lies and received into its
+-- place (no packing copy on either side), unless they are many (more than
+-- MAX_PIECES) or small (under MIN_PIECE floats, where a message costs more
+-- than its copy): then packed into one (a copy by the sender).
+local MAX_PIECES, MIN_PIECE = 64, 4096
+
+local function hop_pieces(t, rows, held, sending)
+  if rows == held then return { t } end
+  local e = t:size(-1)
+  local n = t:size(-2)
+  local g = n * e > 0 and t:numel() // (n * e) or 0
+  if g > MAX_PIECES or g == 0 or rows * e < MIN_PIECE then
+    return { sending and t:narrow(-2, 1, rows):contiguous() or t }
+  end
+  local v = t:view(g, n, e)
+  local list = {}
+  for i = 1, g do list[i] = v:select(1, i):narrow(1, 1, rows) end
+  return list
+end
+
+-- The receiving tensors of a hop, kept between calls (per ring, that is per
+-- communicator: plan.pool): K and V land in memory that is already mapped,
+-- instead of tensors zeroed and paged in on every call (for B_causal's 2 x 4
+-- MiB, 0.8 ms of a rank's 72 here). Three slots in turn: the chunk computed
+-- on, the next one arriving, and the one before, whose send may be under way;
+-- a K and a V tensor per slot, for the forward and for the backward.
+local function recv_buffer(plan, slot, shape)
+  local t = plan.pool[slot]
+  if t == nil or not same(t:size(), shape) then
+    t = attn.empty(shape)
+    plan.pool[slot] = t
+  end
+  return t
+end
+
+-- The K/V rotation of one call: rot.held_slot is the slot of the chunk held
+-- (0: the rank's own k and v), rot.sends[slot] the sends still reading it;
+-- rot.trim: hops carry only the rows the ranks ahead use (the forward),
+-- else whole chunks (the backward, whose dK/dV follow the whole chunk).
+local function new_rotation(trim)
+  return { held_slot = 0, sends = {}, trim = trim }
+end
+
+local function post_all(list, op, pieces, peer, tag)
+  for i = 1, #pieces do list[#list + 1] = op(pieces[i], peer, tag) end
+end
+
+-- Post step s's hop of the chunk (kc, vc) held (rank j's) to the next rank
+-- and of the next one (rank j - 1's) from the previous rank; returns the
+-- receives and their tensors (nil when nothing of it comes: nobody on its
+-- way uses it). The receives are posted first and only they are waited for
+-- before the next step: a send completes once the next rank has taken the
+-- data (over shared memory the receiver copies it inside its own MPI call),
+-- so waiting for it there would tie this rank to the next one's progress;
+-- sends are waited for when their buffer is to be reused and at the end of
+-- the call (finish_rotation).
+local function rotate(plan, rot, s, j, kc, vc)
+  local P, r, comm = plan.P, plan.r, plan.comm
   local nxt, prv = r % P + 1, (r - 2) % P + 1
   local src = (j - 2) % P + 1
-  local nk = attn.empty(plan.kshapes[src])
-  local nv = attn.empty(plan.vshapes[src])
-  local reqs = { plan.comm.isend(kc, nxt, TAG_K), plan.comm.isend(vc, nxt, TAG_V), plan.comm.irecv(nk, prv, TAG_K),
-                 plan.comm.irecv(nv, prv, TAG_V) }
-  return reqs, nk, nv
+  local slot = s % 3 + 1
+  local busy = rot.sends[slot]
+  if busy then
+    wait_all(busy)
+    rot.sends[slot] = nil
+  end
+  local recvs, nk, nv = {}, nil, nil
+  local n_in = rot.trim and rows_sent(plan, src, prv) or plan.klens[src]
+  if n_in > 0 or not rot.trim then
+    local held_in = rot.trim and rows_held(plan, src, prv) or n_in
+    -- the backward's buffers apart from the forward's (whose hops may be trimmed): neither reshapes the other's
+    local base = rot.trim and 0 or 6
+    nk = recv_buffer(plan, base + 2 * slot - 1, with_rows(plan.kshapes[src], n_in))
+    nv = recv_buffer(plan, base + 2 * slot, with_rows(plan.vshapes[src], n_in))
+    post_all(recvs, comm.irecv, hop_pieces(nk, n_in, held_in, false), prv, TAG_K)
+    post_all(recvs, comm.irecv, hop_pieces(nv, n_in, held_in, false), prv, TAG_V)
+  end
+  local n_out = rot.trim and rows_sent(plan, j, r) or plan.klens[j]
+  if n_out > 0 or not rot.trim then
+    local held = rot.trim and rows_held(plan, j, r) or n_out
+    local sends = rot.sends[rot.held_slot] or {}
+    rot.sends[rot.held_slot] = sends
+    post_all(sends, comm.isend, hop_pieces(kc, n_out, held, true), nxt, TAG_K)
+    post_all(sends, comm.isend, hop_pieces(vc, n_out, held, true), nxt, TAG_V)
+  end
+  rot.held_slot = slot
+  return recvs, nk, nv
+end
+
+-- Wait for every send of the rotation (the caller's k and v among them).
+local function finish_rotation(rot)
+  for slot = 0, 3 do
+    if rot.sends[slot] then wait_all(rot.sends[slot]) end
+    rot.sends[slot] = nil
+  end
 end
 
 -- Merge a partial result (o, l) into the running one (acc_o, acc_l), rows
@@ -230,7 +378,9 @@ end
 -- lse) o). Rows with no visible key on either side stay zero with lse -inf
 -- (the max is taken as 0 there, so no -inf - -inf). One pass in C
 -- (src/core/lse_merge.c): the same arithmetic as the tensor ops it stands
--- for, without their dozen temporaries.
+-- for, without their dozen temporaries. The forward has the kernel do this
+-- merge instead (core._sdpa_resume); this pass is the merge's definition
+-- the specs check (M._merge_into).
 local function merge_into(acc_o, acc_l, o, l)
   core._lse_merge(acc_o, acc_l, o, l)
 end
@@ -240,42 +390,48 @@ local function forward(plan, q, k, v)
   local P, r = plan.P, plan.r
   local kc, vc = k:contiguous(), v:contiguous()
   local out, lse
-  local written = {} -- written[i]: local row i (0-based) holds a partial result
+  local written = {} -- the row ranges {a, b} (local, 0-based, [a, b)) that hold a partial result
   local opts = { return_lse = true, scale = plan.scale }
+  local rot = new_rotation(true)
   for s = 0, P - 1 do
     local j = (r - 1 - s) % P + 1
     local reqs, nk, nv
-    if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
+    if s < P - 1 then reqs, nk, nv = rotate(plan, rot, s, j, kc, vc) end
     for _, b in ipairs(blocks(plan, j)) do
-      opts.is_causal = b.causal
-      local o, l = attn.scaled_dot_product_attention(q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl),
-        vc:narrow(-2, b.ka + 1, b.kl), opts)
+      local qb, kb, vb = q:narrow(-2, b.qa + 1, b.ql), kc:narrow(-2, b.ka + 1, b.kl), vc:narrow(-2, b.ka + 1, b.kl)
       local fresh = true
-      for i = b.qa, b.qa + b.ql - 1 do
-        if written[i] then fresh = false end
-        written[i] = true
+      for _, w in ipairs(written) do
+        if w[1] < b.qa + b.ql and b.qa < w[2] then fresh = false end
       end
-      if out == nil and b.ql == plan.qlens[r] then
-        -- the first partial covers every row: it is the result so far (fresh tensors of the call's own)
-        out, lse = o, l
+      written[#written + 1] = { b.qa, b.qa + b.ql }
+      if not fresh then
+        -- the fused kernel merges the block into the rows' running result itself: its online softmax starts
+        -- from them (the merge of src/core/lse_merge.h without the block's own out and lse)
+        core._sdpa_resume(qb, kb, vb, out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), b.causal,
+          plan.scale)
       else
-        if out == nil then
-          local os = o:size()
-          os[#os - 1] = plan.qlens[r]
-          out = attn.zeros(os)
-          local ls = { table.unpack(os, 1, #os - 1) }
-          lse = attn.full(ls, NEG_INF)
-        end
-        if fresh then -- the rows' first partial is their result so far: no merge
+        opts.is_causal = b.causal
+        local o, l = attn.scaled_dot_product_attention(qb, kb, vb, opts)
+        if out == nil and b.ql == plan.qlens[r] then
+          -- the first partial covers every row: it is the result so far (fresh tensors of the call's own)
+          out, lse = o, l
+        else
+          if out == nil then
+            local os = o:size()
+            os[#os - 1] = plan.qlens[r]
+            out = attn.zeros(os)
+            local ls = { table.unpack(os, 1, #os - 1) }
+            lse = attn.full(ls, NEG_INF)
+          end
+          -- the rows' first partial is their result so far
           out:narrow(-2, b.qa + 1, b.ql):copy_(o)
           lse:narrow(-1, b.qa + 1, b.ql):copy_(l)
-        else
-          merge_into(out:narrow(-2, b.qa + 1, b.ql), lse:narrow(-1, b.qa + 1, b.ql), o, l)
         end
       end
     end
     if reqs then wait_all(reqs); kc, vc = nk, nv end
   end
+  finish_rotation(rot)
   if out == nil then
     -- no visible block at all (an empty chunk): zeros of sdpa's result shape
     local o = attn.scaled_dot_product_attention(q, k, v, { scale = plan.scale })
@@ -298,6 +454,7 @@ local function backward(plan, q, k, v, out, lse, dout)
   local sends = {}
   local opts = { kernel = "flash", scale = plan.scale }
   local dk_own, dv_own
+  local rot = new_rotation(false)
   for s = 0, P - 1 do
     local j = (r - 1 - s) % P + 1
     -- the dK/dV of chunk j so far, from the previous rank
@@ -307,7 +464,7 @@ local function backward(plan, q, k, v, out, lse, dout)
       acc_reqs = { comm.irecv(dk_in, prv, TAG_DK), comm.irecv(dv_in, prv, TAG_DV) }
     end
     local reqs, nk, nv
-    if s < P - 1 then reqs, nk, nv = rotate(plan, j, kc, vc) end
+    if s < P - 1 then reqs, nk, nv = rotate(plan, rot, s, j, kc, vc) end
     local dk, dv = attn.zeros(plan.kshapes[j]), attn.zeros(plan.vshapes[j])
     for _, b in ipairs(blocks(plan, j)) do
       opts.is_causal = b.causal
@@ -332,6 +489,7 @@ local function backward(plan, q, k, v, out, lse, dout)
   dk_own, dv_own = attn.empty(plan.kshapes[r]), attn.empty(plan.vshapes[r])
   wait_all{ comm.irecv(dk_own, prv, TAG_DK), comm.irecv(dv_own, prv, TAG_DV) }
   wait_all(sends)
+  finish_rotation(rot)
   return dq, dk_own, dv_own
 end
 
@@ -389,6 +547,7 @@ end
 -- @return table with ring_attention, zigzag_split, zigzag_merge
 function M.new(comm)
   local R = {}
+  local pool = {} -- the receiving tensors kept between calls (recv_buffer)
 
   local recorded = autograd.Function{
     name = "RingAttentionBackward",
@@ -413,7 +572,7 @@ function M.new(comm)
   -- dist.ring_attention (documented at the end of the file)
   function R.ring_attention(q, k, v, opts)
     local causal, scale, layout = check_args(q, k, v, opts)
-    local plan = make_plan(comm, q, k, v, causal, scale, layout)
+    local plan = make_plan(comm, pool, q, k, v, causal, scale, layout)
     return recorded(q, k, v, plan)
   end
 
@@ -487,7 +646,7 @@ function M.install(dist)
 end
 
 -- for the specs: the schedule of a plan, and the merge
-M._blocks, M._merge_into = blocks, merge_into
+M._blocks, M._merge_into, M._rows_used, M._rows_sent = blocks, merge_into, rows_used, rows_sent
 
 --- @submodule attn.dist
 
