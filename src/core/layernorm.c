@@ -47,7 +47,7 @@ static attn_status check_rows(const attn_tensor *t, int64_t n, int64_t d, const 
  * into lane j % LANES, the tail into lane 0), combined in a fixed tree: a
  * fixed order, so the same bits for any thread count, without one long
  * chain of dependent adds. */
-static double combine(const double *acc) {
+ATTN_VECTOR_MATH static inline double combine(const double *acc) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
