@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_nonpos.h"
 #include "iter.h"
 #include "ops.h"
 #include "threads.h"
@@ -106,6 +107,19 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
  * columns, where the line walk strides down each column a cache line per
  * element. Each column still adds its elements in order in double: the bits
  * of the line walk, for any thread count (threads split the columns). */
+/* acc[j] = sum over r of src[r * inner + j] (j < w), in double, r in order:
+ * the rows go across the vector lanes (8 doubles in the AVX-512 clone), so
+ * each column's sum keeps its order. */
+ATTN_VECTOR_CLONES static void column_block_sums(const float *restrict src, int64_t len, int64_t inner, int64_t w,
+                                                 double *restrict acc) {
+  for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+  for (int64_t r = 0; r < len; r++) {
+    const float *row = src + r * inner;
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
+  }
+}
+
 static void reduce_columns(reduce_family family, const float *x, int64_t outer, int64_t len, int64_t inner,
                            float *out) {
   int64_t nblk = (inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
@@ -116,9 +130,7 @@ static void reduce_columns(reduce_family family, const float *x, int64_t outer, 
     int64_t o = item / nblk, c0 = item % nblk * COLUMN_BLOCK;
     int64_t w = inner - c0 < COLUMN_BLOCK ? inner - c0 : COLUMN_BLOCK;
     const float *src = x + o * len * inner + c0;
-    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
-    for (int64_t r = 0; r < len; r++)
-      for (int64_t j = 0; j < w; j++) acc[j] += (double)src[r * inner + j];
+    column_block_sums(src, len, inner, w, acc);
     float *dst = out + o * inner + c0;
     for (int64_t j = 0; j < w; j++) dst[j] = (float)(family == FAMILY_AVERAGE ? acc[j] / (double)len : acc[j]);
   }
