@@ -100,6 +100,7 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
 
 /* Columns of one block of the sum below: its double accumulators stay in L1. */
 #define COLUMN_BLOCK 512
+#define MIN_COLUMN_BLOCK 64
 
 /* A sum or mean over a dim that is not the last, of a contiguous tensor into
  * a contiguous output (the bias gradient of a Linear, g:sum(1) over [rows,
@@ -122,13 +123,18 @@ ATTN_VECTOR_CLONES static void column_block_sums(const float *restrict src, int6
 
 static void reduce_columns(reduce_family family, const float *x, int64_t outer, int64_t len, int64_t inner,
                            float *out) {
-  int64_t nblk = (inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+  /* blocks narrower than COLUMN_BLOCK (down to MIN_COLUMN_BLOCK) until every
+   * thread has one: a Linear's bias gradient is one block of 512 columns or
+   * fewer. Each column's sum is the same whatever block it falls in. */
+  int64_t cb = COLUMN_BLOCK, threads = attn_threads_for(outer * inner);
+  while (cb > MIN_COLUMN_BLOCK && outer * ((inner + cb - 1) / cb) < threads) cb /= 2;
+  int64_t nblk = (inner + cb - 1) / cb;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(outer * nblk)) \
     if (outer * len * inner > (1 << 16))
   for (int64_t item = 0; item < outer * nblk; item++) {
     double acc[COLUMN_BLOCK];
-    int64_t o = item / nblk, c0 = item % nblk * COLUMN_BLOCK;
-    int64_t w = inner - c0 < COLUMN_BLOCK ? inner - c0 : COLUMN_BLOCK;
+    int64_t o = item / nblk, c0 = item % nblk * cb;
+    int64_t w = inner - c0 < cb ? inner - c0 : cb;
     const float *src = x + o * len * inner + c0;
     column_block_sums(src, len, inner, w, acc);
     float *dst = out + o * inner + c0;
