@@ -49,6 +49,8 @@ FLAGS_kernels_avx2   = -mavx2 -mfma
 FLAGS_kernels_avx512 = -mavx512f -mfma
 FLAGS_kernels_gemm_avx2   = -mavx2 -mfma
 FLAGS_kernels_gemm_avx512 = -mavx512f -mfma
+# sqrtf without errno (its value unchanged), so the optimizer loops vectorise
+FLAGS_optim = -fno-math-errno
 
 WARN    = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wdouble-promotion
 CFLAGS  ?= -O2 -g

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn_lua.h"
+#include "ops.h"
 #include "train.h"
 
 /* The optional fname at arg (a string), else the default. */
@@ -89,6 +90,32 @@ static attn_reduction check_reduction(lua_State *L, int arg, const char *fname) 
   train_error(L, fname, "bad option 'reduction' (expected \"mean\", \"sum\" or \"none\", got %s)",
               lua_type(L, arg) == LUA_TSTRING ? s : luaL_typename(L, arg));
   return ATTN_REDUCTION_MEAN;
+}
+
+/* ------------------------------------------------------------------ Linear */
+
+/* linear(x, weight, bias[, fname]) -> x @ weight^T + bias, the bits of
+ * attn.matmul(x, weight:t()) followed by + bias (the bias added in the
+ * product's stores): x [..., in], weight [out, in], bias [out]. */
+static int l_linear(lua_State *L) {
+  const char *fname = fname_at(L, 4, "attn.core.train.linear");
+  attn_tensor *x = attnL_check(L, 1, fname, "input");
+  attn_tensor *w = attnL_check(L, 2, fname, "weight");
+  const attn_tensor *b = input(L, 3, fname, "bias");
+  char s1[128], s2[128];
+  if (w->ndim != 2) train_error(L, fname, "'weight' must be 2-D [out, in], got %s", attnL_shape(w, s1, sizeof s1));
+  if (b->ndim != 1 || b->size[0] != w->size[0])
+    train_error(L, fname, "'bias' of shape %s does not fit weight %s (expected [%I])", attnL_shape(b, s1, sizeof s1),
+                attnL_shape(w, s2, sizeof s2), (lua_Integer)w->size[0]);
+  attn_tensor wt = *w; /* weight^T: a view */
+  wt.size[0] = w->size[1], wt.size[1] = w->size[0];
+  wt.stride[0] = w->stride[1], wt.stride[1] = w->stride[0];
+  int ndim;
+  int64_t size[ATTN_MAX_DIMS];
+  if (attn_matmul_shape(x, &wt, &ndim, size) != ATTN_OK) attnL_core_error(L, fname);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, fname);
+  if (attn_matmul_add_bias(x, &wt, b, out) != ATTN_OK) attnL_core_error(L, fname);
+  return 1;
 }
 
 /* ------------------------------------------------------------------ LayerNorm */
@@ -381,6 +408,7 @@ static int l_clip_grad_norm_coef(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
+    {"linear", l_linear},
     {"layer_norm", l_layer_norm},
     {"layer_norm_backward", l_layer_norm_backward},
     {"gelu", l_gelu},

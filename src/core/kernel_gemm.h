@@ -14,6 +14,9 @@
  * With load_c the accumulators start from C instead of 0 (alpha 1, no
  * accumulate): a product cut along k continues each element's one chain of
  * fused steps, so it gives the bits of the uncut one.
+ * With bias (the training GEMM's last block of k), each stored element is
+ * then (sum) + bias[column], one rounded add: the bits of the product
+ * followed by a separate + bias.
  * Not a public header. */
 #ifndef ATTN_KERNEL_GEMM_H
 #define ATTN_KERNEL_GEMM_H
@@ -24,7 +27,8 @@
 static inline __attribute__((always_inline)) void gemm_tile(const int unit, const int load_c, const int mr, const int nv,
                                                             const int tail, int64_t nlast, int64_t k, const float *a,
                                                             int64_t sai, int64_t sal, const float *b, int64_t ldb,
-                                                            float alpha, float *c, int64_t ldc, int accumulate) {
+                                                            float alpha, float *c, int64_t ldc, int accumulate,
+                                                            const float *bias) {
   VEC acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
@@ -67,9 +71,11 @@ static inline __attribute__((always_inline)) void gemm_tile(const int unit, cons
       VEC x = load_c ? acc[r][v] : vmul(al, acc[r][v]);
       if (tail && v == nv - 1) {
         if (accumulate) x = vadd(vload_n(cr + v * VW, nlast), x);
+        if (bias) x = vadd(x, vload_n(bias + v * VW, nlast));
         vstore_n(cr + v * VW, x, nlast);
       } else {
         if (accumulate) x = vadd(vload(cr + v * VW), x);
+        if (bias) x = vadd(x, vload(bias + v * VW));
         vstore(cr + v * VW, x);
       }
     }
@@ -81,16 +87,17 @@ static inline __attribute__((always_inline)) void gemm_rows(const int unit, cons
                                                             const int tail, int64_t nlast, int64_t m, int64_t k,
                                                             const float *a, int64_t sai, int64_t sal, const float *b,
                                                             int64_t ldb, float alpha, float *c, int64_t ldc,
-                                                            int accumulate) {
+                                                            int accumulate, const float *bias) {
   int64_t i = 0;
   for (; i + MR <= m; i += MR)
-    gemm_tile(unit, load_c, MR, nv, tail, nlast, k, a + i * sai, sai, sal, b, ldb, alpha, c + i * ldc, ldc, accumulate);
+    gemm_tile(unit, load_c, MR, nv, tail, nlast, k, a + i * sai, sai, sal, b, ldb, alpha, c + i * ldc, ldc, accumulate,
+              bias);
   if (i == m) return;
   const float *ai = a + i * sai;
   float *ci = c + i * ldc;
   switch ((int)(m - i)) { /* a constant mr for each tail height */
 #define ROWS(h) \
-  case h: gemm_tile(unit, load_c, h, nv, tail, nlast, k, ai, sai, sal, b, ldb, alpha, ci, ldc, accumulate); break;
+  case h: gemm_tile(unit, load_c, h, nv, tail, nlast, k, ai, sai, sal, b, ldb, alpha, ci, ldc, accumulate, bias); break;
     ROWS(1)
 #if MR > 2
     ROWS(2)
@@ -120,17 +127,21 @@ static inline __attribute__((always_inline)) void gemm_rows(const int unit, cons
 static inline __attribute__((always_inline)) void gemm_blocks(const int unit, const int load_c, int64_t m, int64_t n,
                                                               int64_t k, const float *a, int64_t sai, int64_t sal,
                                                               const float *b, int64_t ldb, float alpha, float *c,
-                                                              int64_t ldc, int accumulate) {
+                                                              int64_t ldc, int accumulate, const float *bias) {
   int64_t j = 0;
   for (; j + NV * VW <= n; j += NV * VW)
-    gemm_rows(unit, load_c, NV, 0, VW, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate);
+    gemm_rows(unit, load_c, NV, 0, VW, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate,
+              bias ? bias + j : NULL);
   if (j == n) return;
   int64_t rest = n - j;
   int nv = (int)((rest + VW - 1) / VW);
   int64_t nlast = rest - (int64_t)(nv - 1) * VW;
   switch (nv) { /* a constant nv for each tail width */
 #define COLS(w) \
-  case w: gemm_rows(unit, load_c, w, 1, nlast, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate); break;
+  case w: \
+    gemm_rows(unit, load_c, w, 1, nlast, m, k, a, sai, sal, b + j, ldb, alpha, c + j, ldc, accumulate, \
+              bias ? bias + j : NULL); \
+    break;
     COLS(1)
 #if NV > 1
     COLS(2)
@@ -150,9 +161,9 @@ static void bwd_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t sa
                      int64_t ldb, float alpha, float *c, int64_t ldc, int accumulate) {
   if (m <= 0 || n <= 0) return;
   if (sai == 1)
-    gemm_blocks(1, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
+    gemm_blocks(1, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate, NULL);
   else
-    gemm_blocks(0, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate);
+    gemm_blocks(0, 0, m, n, k, a, sai, sal, b, ldb, alpha, c, ldc, accumulate, NULL);
 }
 
 /* dS = P * (dW - D) row by row, 0 where P is (src/core/kernels_bwd.h). */

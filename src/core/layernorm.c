@@ -47,7 +47,7 @@ static attn_status check_rows(const attn_tensor *t, int64_t n, int64_t d, const 
  * into lane j % LANES, the tail into lane 0), combined in a fixed tree: a
  * fixed order, so the same bits for any thread count, without one long
  * chain of dependent adds. */
-static double combine(const double *acc) {
+ATTN_VECTOR_MATH static inline double combine(const double *acc) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -166,38 +166,39 @@ attn_status attn_layer_norm_backward(const attn_tensor *dy, const attn_tensor *x
   const float *g = dy->data, *xs = x->data, *ms = mean->data, *rs = rstd->data;
   const float *w = weight ? weight->data : NULL;
 
-  if (dx) {
-    float *dxs = dx->data;
-    const double inv_d = d > 0 ? 1.0 / (double)d : 0.0;
-    /* dy, x: (N, D), mean, rstd: (N) -> dx: (N, D) */
-#pragma omp parallel for schedule(static) num_threads(attn_threads_for(n)) if (n * d > PARALLEL_ELEMS)
-    for (int64_t i = 0; i < n; i++) {
-      const float *gr = g + i * d, *xr = xs + i * d;
-      double ds, db;
-      row_grad_sums(gr, xr, w, d, &ds, &db);
-      const double a = (double)rs[i], mu = (double)ms[i];
-      const double bb = (db * mu - ds) * a * a * a * inv_d;
-      const double cc = -bb * mu - db * a * inv_d;
-      row_dx(gr, xr, w, a, bb, cc, dxs + i * d, d);
-    }
-  }
-
-  if (!dweight && !dbias) return ATTN_OK;
-  /* dy, x: (N, D) -> dweight, dbias: (D), through per-block partial sums (nblocks, D) */
+  /* dy, x: (N, D), mean, rstd: (N) -> dx: (N, D), and dweight, dbias: (D)
+   * through per-block partial sums (nblocks, D): one pass over each block of
+   * ROWS_PER_BLOCK rows (its dy and x rows still in L1 for the partial sums
+   * after dx), the blocks spread over the threads */
   const int64_t nblocks = (n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+  const int want_params = dweight || dbias;
   double *part = NULL;
-  if (nblocks > 0 && d > 0) {
+  if (want_params && nblocks > 0 && d > 0) {
     part = malloc((size_t)nblocks * (size_t)d * 2 * sizeof(double));
     if (!part) return attn_fail(ATTN_ENOMEM, "no memory for %lld x %lld partial sums", (long long)nblocks, (long long)d);
   }
+  float *dxs = dx ? dx->data : NULL;
+  const double inv_d = d > 0 ? 1.0 / (double)d : 0.0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(nblocks)) if (n * d > PARALLEL_ELEMS)
   for (int64_t blk = 0; blk < nblocks; blk++) {
-    double *pw = part + blk * 2 * d, *pb = pw + d;
-    for (int64_t j = 0; j < d; j++) pw[j] = 0.0, pb[j] = 0.0;
     int64_t end = (blk + 1) * ROWS_PER_BLOCK < n ? (blk + 1) * ROWS_PER_BLOCK : n;
-    for (int64_t i = blk * ROWS_PER_BLOCK; i < end; i++)
-      row_param_grads(g + i * d, xs + i * d, (double)ms[i], (double)rs[i], pw, pb, d);
+    double *pw = part ? part + blk * 2 * d : NULL, *pb = pw ? pw + d : NULL;
+    if (pw)
+      for (int64_t j = 0; j < d; j++) pw[j] = 0.0, pb[j] = 0.0;
+    for (int64_t i = blk * ROWS_PER_BLOCK; i < end; i++) {
+      const float *gr = g + i * d, *xr = xs + i * d;
+      if (dxs) {
+        double ds, db;
+        row_grad_sums(gr, xr, w, d, &ds, &db);
+        const double a = (double)rs[i], mu = (double)ms[i];
+        const double bb = (db * mu - ds) * a * a * a * inv_d;
+        const double cc = -bb * mu - db * a * inv_d;
+        row_dx(gr, xr, w, a, bb, cc, dxs + i * d, d);
+      }
+      if (pw) row_param_grads(gr, xr, (double)ms[i], (double)rs[i], pw, pb, d);
+    }
   }
+  if (!want_params) return ATTN_OK;
   for (int64_t j = 0; j < d; j++) {
     double sw = 0.0, sb = 0.0;
     for (int64_t blk = 0; blk < nblocks; blk++) sw += part[blk * 2 * d + j], sb += part[blk * 2 * d + d + j];

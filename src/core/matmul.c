@@ -179,7 +179,17 @@ static attn_status prepare(operand *op, const attn_tensor *src, int nbatch, cons
   return attn_expand(&mat, nbatch + 2, full, &op->t);
 }
 
-attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
+/* out[..., j] += bias[j] over a [rows, cols] tile of out (row stride ld) */
+static void add_bias_tile(float *c, int64_t rows, int64_t cols, int64_t ld, const float *bias) {
+  for (int64_t r = 0; r < rows; r++) {
+    float *cr = c + r * ld;
+    for (int64_t j = 0; j < cols; j++) cr[j] = cr[j] + bias[j];
+  }
+}
+
+/* attn_matmul, then + bias[j] in each tile as it is finished (bias NULL:
+ * none; else contiguous, [n]) */
+static attn_status matmul_bias(const attn_tensor *a, const attn_tensor *b, const float *bias, attn_tensor *out) {
   int ondim;
   int64_t osize[ATTN_MAX_DIMS];
   attn_status st = attn_matmul_shape(a, b, &ondim, osize);
@@ -227,7 +237,11 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
   if (st != ATTN_OK) return st;
   int64_t nb = attn_sizes_product(nbatch, batch);
   if (nb == 0 || m == 0 || n == 0) return ATTN_OK;
-  if (k == 0) return attn_fill(out, 0.0f);
+  if (k == 0) {
+    attn_status fs = attn_fill(out, 0.0f);
+    if (fs == ATTN_OK && bias) add_bias_tile(out->data, nb * m, n, n, bias);
+    return fs;
+  }
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
     return attn_fail(ATTN_EOVERFLOW, "matrix sizes %lld x %lld x %lld exceed the BLAS integer range", (long long)m,
                      (long long)k, (long long)n);
@@ -271,14 +285,29 @@ attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor 
       pa += oa.tr == CblasNoTrans ? r0 * oa.ld : r0; /* rows r0.. of op(a) */
       pb += ob.tr == CblasNoTrans ? c0 : c0 * ob.ld; /* columns c0.. of op(b) */
       float *pc = out->data + bi * m * n + r0 * n + c0;
-      if (own && own(oa.tr == CblasTrans, ob.tr == CblasTrans, rows, cols, k, pa, oa.ld, pb, ob.ld, pc, n)) continue;
+      const float *pbias = bias ? bias + c0 : NULL;
+      if (own && own(oa.tr == CblasTrans, ob.tr == CblasTrans, rows, cols, k, pa, oa.ld, pb, ob.ld, pc, n, pbias))
+        continue;
       cblas_sgemm(CblasRowMajor, oa.tr, ob.tr, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)oa.ld,
                   pb, (blasint)ob.ld, 0.0f, pc, (blasint)n);
+      if (pbias) add_bias_tile(pc, rows, cols, n, pbias);
     }
   }
   free(sa);
   free(sb);
   return ATTN_OK;
+}
+
+attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor *out) {
+  return matmul_bias(a, b, NULL, out);
+}
+
+attn_status attn_matmul_add_bias(const attn_tensor *a, const attn_tensor *b, const attn_tensor *bias,
+                                 attn_tensor *out) {
+  int64_t n = out->ndim ? out->size[out->ndim - 1] : 1;
+  if (b->ndim < 2 || out->ndim < 1 || bias->ndim != 1 || bias->size[0] != n || !attn_is_contiguous(bias))
+    return attn_fail(ATTN_ESHAPE, "bias must be a contiguous [%lld] vector", (long long)n);
+  return matmul_bias(a, b, bias->data, out);
 }
 
 void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -304,7 +333,7 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
         for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
         continue;
       }
-      if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, c + r0 * ldc + c0, ldc)) continue;
+      if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, c + r0 * ldc + c0, ldc, NULL)) continue;
       cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
                   (blasint)ldb, 0.0f, c + r0 * ldc + c0, (blasint)ldc);
     }

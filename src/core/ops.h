@@ -63,6 +63,11 @@ attn_status attn_cat(const attn_tensor *const *parts, int n, int d, attn_tensor 
  * a and b; attn_matmul then fills out (contiguous, that shape). */
 attn_status attn_matmul_shape(const attn_tensor *a, const attn_tensor *b, int *ndim, int64_t *size);
 attn_status attn_matmul(const attn_tensor *a, const attn_tensor *b, attn_tensor *out);
+/* attn_matmul, then out[..., j] + bias[j]: the bits of the two steps, the
+ * bias added to each tile as it is finished (in the own GEMM's stores).
+ * b has 2 or more dims; bias is contiguous, [n] (out's last size). */
+attn_status attn_matmul_add_bias(const attn_tensor *a, const attn_tensor *b, const attn_tensor *bias,
+                                 attn_tensor *out);
 
 /* c [m, n] (row stride ldc) = op(a) [m, k] @ op(b) [k, n], row-major, op = transpose when
  * trans_*: in attn_matmul's fixed tiles, so the bits equal attn_matmul's for the same

@@ -94,18 +94,44 @@ typedef struct adam_scalars {
   int decoupled, coupled_decay;
 } adam_scalars;
 
-/* p, g, m, v: (n) */
-ATTN_FMA_CLONES static void adam_chunk(float *p, const float *g, float *m, float *v, int64_t n, const adam_scalars *k) {
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i], pi = p[i];
-    if (k->coupled_decay) gi = fmaf(pi, k->wd, gi);
-    if (k->decoupled) pi = pi * k->decoupled_factor;
-    float mi = fmaf(gi, k->one_minus_beta1, m[i] * k->beta1);
-    float vi = fmaf(k->one_minus_beta2 * gi, gi, v[i] * k->beta2);
-    float denom = sqrtf(vi) / k->bias_correction2_sqrt + k->eps;
-    p[i] = pi + (k->neg_step_size * mi) / denom;
-    m[i] = mi, v[i] = vi;
+/* The clones of adam_chunk: FMA in every vector one (fmaf one instruction;
+ * the file is built with -fno-math-errno, so sqrtf is one too). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_ADAM_CLONES \
+  __attribute__((target_clones("avx512f", "fma", "default"), optimize("no-trapping-math")))
+#else
+#define ATTN_ADAM_CLONES
+#endif
+
+/* p, g, m, v: (n). The scalars in locals and one loop per decay kind, so
+ * each loop vectorises (the AVX-512 or AVX2 clone; fmaf, sqrtf and the
+ * division are correctly rounded in every lane: the bits of the scalar loop). */
+ATTN_ADAM_CLONES static void adam_chunk(float *restrict p, const float *restrict g, float *restrict m,
+                                          float *restrict v, int64_t n, const adam_scalars *k) {
+  const float wd = k->wd, factor = k->decoupled_factor, b1 = k->beta1, omb1 = k->one_minus_beta1, b2 = k->beta2,
+              omb2 = k->one_minus_beta2, bc2 = k->bias_correction2_sqrt, eps = k->eps, nss = k->neg_step_size;
+#define ADAM_ELEMENT(decay_g, decay_p)                                  \
+  {                                                                     \
+    float gi = g[i], pi = p[i];                                         \
+    if (decay_g) gi = fmaf(pi, wd, gi);                                 \
+    if (decay_p) pi = pi * factor;                                      \
+    float mi = fmaf(gi, omb1, m[i] * b1);                               \
+    float vi = fmaf(omb2 * gi, gi, v[i] * b2);                          \
+    float denom = sqrtf(vi) / bc2 + eps;                                \
+    p[i] = pi + (nss * mi) / denom;                                     \
+    m[i] = mi, v[i] = vi;                                               \
   }
+  if (k->decoupled) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) ADAM_ELEMENT(0, 1)
+  } else if (k->coupled_decay) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) ADAM_ELEMENT(1, 0)
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) ADAM_ELEMENT(0, 0)
+  }
+#undef ADAM_ELEMENT
 }
 
 attn_status attn_adam_step(attn_tensor *param, const attn_tensor *grad, attn_tensor *exp_avg, attn_tensor *exp_avg_sq,

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_nonpos.h"
 #include "iter.h"
 #include "ops.h"
 #include "threads.h"
@@ -99,6 +100,7 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
 
 /* Columns of one block of the sum below: its double accumulators stay in L1. */
 #define COLUMN_BLOCK 512
+#define MIN_COLUMN_BLOCK 64
 
 /* A sum or mean over a dim that is not the last, of a contiguous tensor into
  * a contiguous output (the bias gradient of a Linear, g:sum(1) over [rows,
@@ -106,19 +108,35 @@ static void reduce_row(int64_t n, float *const *p, const int64_t *s, const void 
  * columns, where the line walk strides down each column a cache line per
  * element. Each column still adds its elements in order in double: the bits
  * of the line walk, for any thread count (threads split the columns). */
+/* acc[j] = sum over r of src[r * inner + j] (j < w), in double, r in order:
+ * the rows go across the vector lanes (8 doubles in the AVX-512 clone), so
+ * each column's sum keeps its order. */
+ATTN_VECTOR_CLONES static void column_block_sums(const float *restrict src, int64_t len, int64_t inner, int64_t w,
+                                                 double *restrict acc) {
+  for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+  for (int64_t r = 0; r < len; r++) {
+    const float *row = src + r * inner;
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
+  }
+}
+
 static void reduce_columns(reduce_family family, const float *x, int64_t outer, int64_t len, int64_t inner,
                            float *out) {
-  int64_t nblk = (inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+  /* blocks narrower than COLUMN_BLOCK (down to MIN_COLUMN_BLOCK) until every
+   * thread has one: a Linear's bias gradient is one block of 512 columns or
+   * fewer. Each column's sum is the same whatever block it falls in. */
+  int64_t cb = COLUMN_BLOCK, threads = attn_threads_for(outer * inner);
+  while (cb > MIN_COLUMN_BLOCK && outer * ((inner + cb - 1) / cb) < threads) cb /= 2;
+  int64_t nblk = (inner + cb - 1) / cb;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(outer * nblk)) \
     if (outer * len * inner > (1 << 16))
   for (int64_t item = 0; item < outer * nblk; item++) {
     double acc[COLUMN_BLOCK];
-    int64_t o = item / nblk, c0 = item % nblk * COLUMN_BLOCK;
-    int64_t w = inner - c0 < COLUMN_BLOCK ? inner - c0 : COLUMN_BLOCK;
+    int64_t o = item / nblk, c0 = item % nblk * cb;
+    int64_t w = inner - c0 < cb ? inner - c0 : cb;
     const float *src = x + o * len * inner + c0;
-    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
-    for (int64_t r = 0; r < len; r++)
-      for (int64_t j = 0; j < w; j++) acc[j] += (double)src[r * inner + j];
+    column_block_sums(src, len, inner, w, acc);
     float *dst = out + o * inner + c0;
     for (int64_t j = 0; j < w; j++) dst[j] = (float)(family == FAMILY_AVERAGE ? acc[j] / (double)len : acc[j]);
   }

@@ -17,18 +17,19 @@
 
 #include <stdint.h>
 
-/* c [m, n] (row stride ldc) = op(a) [m, k] @ op(b) [k, n], row-major, op =
- * transpose when trans_*; k >= 1. Returns 0, with c untouched, when its
+/* c [m, n] (row stride ldc) = op(a) [m, k] @ op(b) [k, n] (+ bias [n], when
+ * not NULL: added to each finished sum, one rounded add, as a separate
+ * + bias would), row-major, op = transpose when trans_*; k >= 1. Returns 0, with c untouched, when its
  * packing buffers cannot be allocated (the caller then uses BLAS), else 1.
  * Single-threaded: the caller spreads tiles over threads. */
 typedef int (*attn_sgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                             const float *b, int64_t ldb, float *c, int64_t ldc);
+                             const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
 
 #if defined(__x86_64__)
 int attn_sgemm_avx2(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                    const float *b, int64_t ldb, float *c, int64_t ldc);
+                    const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
 int attn_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                      const float *b, int64_t ldb, float *c, int64_t ldc);
+                      const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
 #endif
 
 #endif

@@ -42,7 +42,7 @@ static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t j0, int64_t
 }
 
 int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-               const float *b, int64_t ldb, float *c, int64_t ldc) {
+               const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias) {
   int64_t np = (n + NR - 1) / NR, kcmax = k < KC ? k : KC;
   /* B's panels; aligned_alloc wants a multiple of the alignment */
   size_t bytes = ((size_t)(np * NR * kcmax) * sizeof(float) + 63) & ~(size_t)63;
@@ -52,17 +52,17 @@ int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     int64_t kc = k - k0 < KC ? k - k0 : KC;
     for (int64_t q = 0; q < np; q++) pack_b(trans_b, b, ldb, q * NR, n, k0, kc, bp + q * NR * kc);
-    const float *ak = a + k0 * aks;
+    const float *ak = a + k0 * aks, *bias_k = k0 + kc == k ? bias : NULL; /* after the last block of k */
     for (int64_t q = 0; q < np; q++) {
       int64_t j0 = q * NR, cols = n - j0 < NR ? n - j0 : NR;
-      const float *bq = bp + q * NR * kc;
+      const float *bq = bp + q * NR * kc, *bias_q = bias_k ? bias_k + j0 : NULL;
       /* constant unit-stride and load_c flags, so each case is its own inlined loop nest */
       if (k0 == 0) {
-        if (ars == 1) gemm_blocks(1, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0);
-        else gemm_blocks(0, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0);
+        if (ars == 1) gemm_blocks(1, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
+        else gemm_blocks(0, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
       } else {
-        if (ars == 1) gemm_blocks(1, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0);
-        else gemm_blocks(0, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0);
+        if (ars == 1) gemm_blocks(1, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
+        else gemm_blocks(0, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
       }
     }
   }

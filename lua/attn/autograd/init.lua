@@ -464,13 +464,15 @@ end
 -- pause (by default until the heap has doubled) before freeing it: a training
 -- step's backward would hold every spent gradient at once. So the walk runs a
 -- full collection whenever the heap (tensor bytes included: they are
--- userdata) has grown by 3%, and at least 512 KiB, since the walk began or
+-- userdata) has grown by 10%, and at least 512 KiB, since the walk began or
 -- the last collection. scripts/train_gpt.lua's default run: peak RSS above
 -- the process's start 1.68x (no collection) -> 1.44x (a tenth, 2 MiB) ->
--- 1.28x the bytes training needs, which a collection after every node does
--- not lower; the step's time is unchanged within noise (a collection marks
--- few Lua objects: the tensors' bytes are not traversed).
-local GC_GROWTH, GC_MIN_KB = 1.03, 512
+-- 1.28x the bytes training needs at 3%, which a collection after every node
+-- does not lower. Each collection marks every live Lua object (0.2 to 1 ms
+-- in a GPTModel's backward): at 3% the bench's train_gpt step ran 19 of them
+-- (8% of its one-thread time), at 10% 9, for 4.4 MiB more peak RSS in that
+-- default run (70.7 -> 75.1 MiB).
+local GC_GROWTH, GC_MIN_KB = 1.10, 512
 local collect = collectgarbage
 
 -- how many values, and the first: a backward's results without a table

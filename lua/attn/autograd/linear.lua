@@ -5,6 +5,7 @@
 local autograd = require "attn.autograd"
 local derivatives = require "attn.autograd.derivatives"
 local raw = derivatives.raw
+local linear_bias = require("attn.core").train.linear
 
 local M = {}
 
@@ -20,8 +21,8 @@ end
 M.linear_recorded = autograd.Function{
   name = linear_name, fname = "attn.nn.functional.linear",
   forward = function(ctx, x, w, b)
-    local y = raw.matmul(x, raw.t(w))
-    if b then raw.add_(y, b) end -- in place: y is this call's own (the bits of y + b, one activation less)
+    -- with a bias: the bits of matmul then + b, the bias added in the product's stores (no pass of its own)
+    local y = b and linear_bias(x, w, b) or raw.matmul(x, raw.t(w))
     b = b or nil
     -- x only for W's gradient, W only for x's (addmm's formulas): W may change
     -- in place after a forward on an x that needs no gradient
