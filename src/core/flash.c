@@ -90,8 +90,8 @@
 #define BK ATTN_FLASH_BK
 #define MR ATTN_KERNEL_ROWS /* query rows of a softmax group */
 
-#if BQ % MR != 0
-#error "ATTN_FLASH_BQ must be a multiple of 16"
+#if BQ % MR != 0 || BQ / MR > 4
+#error "ATTN_FLASH_BQ must be a multiple of 16, at most 64 (a band has at most 4 vectors of rows)"
 #endif
 
 /* ---------------------------------------------------------------- context */
@@ -140,6 +140,42 @@ static void key_step(const flash_ctx *c, const flash_item *t, int64_t g0, int64_
   c->kr->gemm_t_rescale(st + g0, BQ, kn, n_p, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, ev, t->ot + g0, BQ, t->a + g0);
 }
 
+/* One online-softmax step of a band: the nv (<= 4) groups of 16 rows, group
+ * g over its own keys [kb[g], ke[g]) (none: not visited), in one pass of the
+ * set's band entries (tiles of 64 rows where the groups' keys overlap). The
+ * same bits as a key_step per group over its keys. */
+static void band_step(const flash_ctx *c, const flash_item *t, int nv, const int64_t *kb, const int64_t *ke) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t k0 = INT64_MAX, rb[BQ / MR], re[BQ / MR]; /* the keys from the band's first one */
+  for (int g = 0; g < nv; g++)
+    if (kb[g] < ke[g] && kb[g] < k0) k0 = kb[g];
+  if (k0 == INT64_MAX) return;
+  for (int g = 0; g < nv; g++) rb[g] = kb[g] - k0, re[g] = ke[g] - k0;
+  float *st = t->st;
+  if (p->e > 0) {
+    c->kr->gemm_t_band(t->qt, BQ, p->e, nv, rb, re, t->sl.k + k0 * t->sk0, t->sk1, t->sk0, st, BQ);
+  } else {
+    for (int g = 0; g < nv; g++)
+      for (int64_t j = rb[g]; j < re[g]; j++) memset(st + j * BQ + g * MR, 0, MR * sizeof(float));
+  }
+  for (int g = 0; g < nv; g++) {
+    if (kb[g] >= ke[g]) continue;
+    int64_t gn = t->rows - g * MR < MR ? t->rows - g * MR : MR; /* real (not padded) rows */
+    attn_sdpa_modify_tile(p, &t->sl, t->r0 + g * MR, gn, kb[g], ke[g] - kb[g], st + rb[g] * BQ + g * MR, 1, BQ);
+  }
+  c->kr->softmax_band(st, BQ, nv, rb, re, t->m, t->l, t->a);
+  if (p->dropout_p > 0.0) {
+    for (int g = 0; g < nv; g++) {
+      int64_t kn = ke[g] - kb[g], i_end = (g + 1) * MR < t->rows ? (g + 1) * MR : t->rows;
+      for (int64_t i = g * MR; kn > 0 && i < i_end; i++) {
+        attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->sl.bi * p->lq + t->r0 + i) * p->lk + kb[g], kn, t->f);
+        for (int64_t j = 0; j < kn; j++) st[(rb[g] + j) * BQ + i] *= t->f[j];
+      }
+    }
+  }
+  c->kr->gemm_t_rescale_band(st, BQ, nv, rb, re, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, p->ev, t->ot, BQ, t->a);
+}
+
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = &c->p;
@@ -186,34 +222,16 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
       /* a block that some rows see only in part (causal: it crosses the
        * diagonal): each group of 16 rows visits only the keys it sees
        * (scores, softmax and P V), instead of the whole rectangle cut after */
-      attn_key_range gb[BQ / MR];
-      int64_t ng = (rows + MR - 1) / MR;
-      for (int64_t g = 0; g < ng; g++) {
+      int64_t kb[BQ / MR], ke[BQ / MR];
+      int ng = (int)((rows + MR - 1) / MR);
+      for (int g = 0; g < ng; g++) {
         int64_t gn = rows - g * MR < MR ? rows - g * MR : MR;
         attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g * MR, gn);
-        int64_t kb = gk.begin > tk.begin ? gk.begin : tk.begin, ke = gk.end < tk.end ? gk.end : tk.end;
-        gb[g] = attn_sdpa_block_keys(p, &t.sl, r0 + g * MR, gn, kb, ke > kb ? ke : kb);
+        int64_t b0 = gk.begin > tk.begin ? gk.begin : tk.begin, b1 = gk.end < tk.end ? gk.end : tk.end;
+        attn_key_range gb = attn_sdpa_block_keys(p, &t.sl, r0 + g * MR, gn, b0, b1 > b0 ? b1 : b0);
+        kb[g] = gb.begin, ke[g] = gb.end > gb.begin ? gb.end : gb.begin;
       }
-      /* neighbouring groups run as one tile over the union of their keys
-       * while that computes at most 1.25 times their scores (the rows'
-       * extra keys are hidden: exp gives them 0); a group with no key here
-       * is never visited (nothing changes for it) */
-      for (int64_t g = 0; g < ng;) {
-        if (gb[g].end <= gb[g].begin) {
-          g++;
-          continue;
-        }
-        attn_key_range u = gb[g];
-        int64_t g1 = g + 1, own = u.end - u.begin;
-        for (; g1 < ng && gb[g1].end > gb[g1].begin; g1++) {
-          int64_t ub = gb[g1].begin < u.begin ? gb[g1].begin : u.begin, ue = gb[g1].end > u.end ? gb[g1].end : u.end;
-          int64_t own1 = own + (gb[g1].end - gb[g1].begin);
-          if (4 * (ue - ub) * (g1 + 1 - g) > 5 * own1) break;
-          u.begin = ub, u.end = ue, own = own1;
-        }
-        key_step(c, &t, g * MR, (g1 - g) * MR, u.begin, u.end - u.begin);
-        g = g1;
-      }
+      band_step(c, &t, ng, kb, ke);
     } else {
       key_step(c, &t, 0, rows_p, tk.begin, tk.end - tk.begin);
     }
