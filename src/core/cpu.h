@@ -88,6 +88,12 @@ typedef struct attn_flash_kernels {
   void (*gemm_t_rescale_band)(const float *a, int64_t lda, int nv, const int64_t *kb, const int64_t *ke,
                               const float *b, int64_t bsk, int64_t bsc, int64_t n, float *c, int64_t ldc,
                               const float *rs);
+  /* dst[c * ld + r] = src[r * s0 + c * s1] * scale for r < rows, c < cols,
+   * one rounded product per element (the same bits in every set): the flash
+   * forward's transposed load of q (times the scale, as attn_sdpa_load_q)
+   * and its store of out (scale 1). */
+  void (*transpose)(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                    float scale);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */

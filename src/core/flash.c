@@ -196,7 +196,10 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   t.a = w + c->off.a;
   t.f = w + c->off.f;
 
-  attn_sdpa_load_q(p, &t.sl, r0, rows, t.qt, 1, BQ);
+  /* Qt = fl(q * scale)^T: attn_sdpa_load_q's products, through the set's
+   * transposed copy */
+  int64_t sq0 = attn_sdpa_row_stride(p, &p->q), sq1 = attn_sdpa_col_stride(p, &p->q);
+  c->kr->transpose(t.sl.q + r0 * sq0, sq0, sq1, rows, e, t.qt, BQ, p->scale);
   for (int64_t d = 0; d < e; d++)
     for (int64_t i = rows; i < rows_p; i++) t.qt[d * BQ + i] = 0.0f;
   for (int64_t i = 0; i < rows_p; i++) {
@@ -238,14 +241,9 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */
   float *o = c->out->data + (bi * lq + r0) * ev;
-  for (int64_t i = 0; i < rows; i++) {
-    float *oi = o + i * ev;
-    if (t.m[i] == -INFINITY) {
-      memset(oi, 0, (size_t)ev * sizeof(float));
-    } else {
-      for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i];
-    }
-  }
+  c->kr->transpose(t.ot, BQ, 1, ev, rows, o, ev, 1.0f);
+  for (int64_t i = 0; i < rows; i++)
+    if (t.m[i] == -INFINITY) memset(o + i * ev, 0, (size_t)ev * sizeof(float));
   if (p->lse) {
     float *lse = p->lse->data + bi * lq + r0;
     for (int64_t i = 0; i < rows; i++) lse[i] = attn_sdpa_lse_of(t.m[i], (double)t.l[i]);

@@ -67,6 +67,13 @@ static void gemm_t_rescale_band(const float *a, int64_t lda, int nv, const int64
     if (kb[v] < ke[v])
       gemm_t_rescale(a + kb[v] * lda + 16 * v, lda, ke[v] - kb[v], 16, b + kb[v] * bsk, bsk, bsc, n, c + 16 * v, ldc, rs + 16 * v);
 }
+
+/* The transposed copy, element by element. */
+static void transpose(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                      float scale) {
+  for (int64_t c = 0; c < cols; c++)
+    for (int64_t r = 0; r < rows; r++) dst[c * ld + r] = src[r * s0 + c * s1] * scale;
+}
 #endif
 
 #endif

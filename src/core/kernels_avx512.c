@@ -16,6 +16,7 @@
  * 1.18e-7 over [-87.33, 0]) on one 16-float vector per 16-row group. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "cpu.h"
 
@@ -470,6 +471,29 @@ static void gemm_t_rescale_band(const float *a, int64_t lda, int nv, const int64
   }
 }
 
+/* The transposed copy (src/core/cpu.h): 16 rows at a time by one gather per
+ * column (indices in 32 bits; a stride too large for them: element by
+ * element). */
+static void transpose(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                      float scale) {
+  if (s0 > INT32_MAX / 16 || s0 < -(INT32_MAX / 16)) {
+    for (int64_t c = 0; c < cols; c++)
+      for (int64_t r = 0; r < rows; r++) dst[c * ld + r] = src[r * s0 + c * s1] * scale;
+    return;
+  }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32((int)s0));
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < rows; r += 16) {
+    __mmask16 k = rows - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (rows - r)) - 1u);
+    const float *sr = src + r * s0;
+    for (int64_t c = 0; c < cols; c++) {
+      __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, sr + c * s1, 4);
+      _mm512_mask_storeu_ps(dst + c * ld + r, k, _mm512_mul_ps(x, sc));
+    }
+  }
+}
+
 static void exp_minus(float *x, int64_t n, float m) {
   __m512 mv = _mm512_set1_ps(m);
   int64_t j = 0;
@@ -561,4 +585,4 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
 
 const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  softmax_step, exp_minus,
                                                rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains,
-                                               gemm_t_band, softmax_band, gemm_t_rescale_band};
+                                               gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};
