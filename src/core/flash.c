@@ -61,8 +61,9 @@
  * contract: C[c][r] (+)= sum over k of A[k][r] B[k][c], each sum in
  * increasing k with one fused multiply-add per product, then added to C
  * (after C's rescale, rounded): so the tile shape never changes the bits,
- * and a band's skipped products (P = 0 outside a group's keys) change none. AVX-512 tiles are 4 vectors x 6 columns (all 64
- * rows of a tile at once; 24 accumulators, 4 loads and 6 broadcasts per 24
+ * and a band's skipped products (P = 0 outside a group's keys) change none
+ * where V is finite. AVX-512 tiles are 4 vectors x 6 columns (all 64 rows
+ * of a tile at once; 24 accumulators, 4 loads and 6 broadcasts per 24
  * FMAs), 3 x 8, 2 x 12 or 1 x 12 for fewer rows, a tail of constant width.
  *
  * Speed (AVX-512, E = Ev = 64): per 16 scores the two products take 128
@@ -237,8 +238,9 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
     if (tk.end <= tk.begin) continue;
     if (tk.begin < common.begin || tk.end > common.end) {
       /* a block that some rows see only in part (causal: it crosses the
-       * diagonal): each group of 16 rows visits only the keys it sees
-       * (scores, softmax and P V), instead of the whole rectangle cut after */
+       * diagonal; a window's ends): a band, each group of 16 rows over only
+       * the keys it sees (scores, softmax and P V), instead of the whole
+       * rectangle cut after */
       int64_t kb[BQ / MR], ke[BQ / MR];
       int ng = (int)((rows + MR - 1) / MR);
       for (int g = 0; g < ng; g++) {

@@ -4,7 +4,9 @@
  * cut the keys into at most 7 segments; in each, the same vectors are
  * active. The 16-row sets (scalar, AVX2) run a band vector by vector with
  * their 16-row entries; the AVX-512 set runs each segment with its active
- * vectors side by side. Included by the kernel files; not a public header. */
+ * vectors side by side. With ATTN_BAND_BY_VECTOR defined, the 16-row sets'
+ * band entries and their element-by-element transposed copy (cpu.h's
+ * transpose) follow. Included by the kernel files; not a public header. */
 #ifndef ATTN_KERNEL_BAND_H
 #define ATTN_KERNEL_BAND_H
 
@@ -51,13 +53,15 @@ static inline void band_segments(int nv, const int64_t *kb, const int64_t *ke, b
 static void gemm_t_band(const float *a, int64_t lda, int64_t kn, int nv, const int64_t *kb, const int64_t *ke,
                         const float *b, int64_t bsk, int64_t bsc, float *c, int64_t ldc) {
   for (int v = 0; v < nv; v++)
-    if (kb[v] < ke[v]) gemm_t(a + 16 * v, lda, kn, 16, b + kb[v] * bsc, bsk, bsc, ke[v] - kb[v], c + kb[v] * ldc + 16 * v, ldc, 0);
+    if (kb[v] < ke[v])
+      gemm_t(a + 16 * v, lda, kn, 16, b + kb[v] * bsc, bsk, bsc, ke[v] - kb[v], c + kb[v] * ldc + 16 * v, ldc, 0);
 }
 
 static void softmax_band(float *st, int64_t ld, int nv, const int64_t *kb, const int64_t *ke, float *m, float *l,
                          float *rescale) {
   for (int v = 0; v < nv; v++)
-    if (kb[v] < ke[v]) softmax_step16(st + kb[v] * ld + 16 * v, ld, ke[v] - kb[v], m + 16 * v, l + 16 * v, rescale + 16 * v);
+    if (kb[v] < ke[v])
+      softmax_step16(st + kb[v] * ld + 16 * v, ld, ke[v] - kb[v], m + 16 * v, l + 16 * v, rescale + 16 * v);
 }
 
 static void gemm_t_rescale_band(const float *a, int64_t lda, int nv, const int64_t *kb, const int64_t *ke,
@@ -65,7 +69,8 @@ static void gemm_t_rescale_band(const float *a, int64_t lda, int nv, const int64
                                 const float *rs) {
   for (int v = 0; v < nv; v++)
     if (kb[v] < ke[v])
-      gemm_t_rescale(a + kb[v] * lda + 16 * v, lda, ke[v] - kb[v], 16, b + kb[v] * bsk, bsk, bsc, n, c + 16 * v, ldc, rs + 16 * v);
+      gemm_t_rescale(a + kb[v] * lda + 16 * v, lda, ke[v] - kb[v], 16, b + kb[v] * bsk, bsk, bsc, n, c + 16 * v, ldc,
+                     rs + 16 * v);
 }
 
 /* The transposed copy, element by element. */
