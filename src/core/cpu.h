@@ -66,6 +66,34 @@ typedef struct attn_flash_kernels {
    * fused products, rounds the product and the sum). */
   int fma_lanes;
   void (*fma_chains)(float *x, int64_t n, float a, float b);
+  /* A band: the partly visible key blocks of the flash forward (a window's
+   * ends, the causal diagonal). nv (<= 4) vectors of 16 rows (rows 16 v to
+   * 16 v + 15), vector v over its own keys [kb[v], ke[v]) (kb[v] >= ke[v]:
+   * empty, that vector is not touched); keys are counted from st's, b's or
+   * a's first row as in the 16-row entries above. For each vector v with
+   * keys, the bits of:
+   * gemm_t_band: gemm_t (accumulate 0) of its rows over its key columns,
+   *   C[j * ldc + 16 v + r] = sum over k < kn of A[k * lda + 16 v + r]
+   *   B[k * bsk + j * bsc], kb[v] <= j < ke[v];
+   * softmax_band: softmax_step16 of its rows over its keys (st + kb[v] ld +
+   *   16 v, ke[v] - kb[v] keys; m, l, rescale + 16 v);
+   * gemm_t_rescale_band: gemm_t_rescale of its rows with the keys as the
+   *   sum's k, C[c * ldc + 16 v + r] = rs[16 v + r] C[...] + sum over
+   *   kb[v] <= k < ke[v] of A[k * lda + 16 v + r] B[k * bsk + c * bsc], c < n.
+   * The rest of C and st is not touched. */
+  void (*gemm_t_band)(const float *a, int64_t lda, int64_t kn, int nv, const int64_t *kb, const int64_t *ke,
+                      const float *b, int64_t bsk, int64_t bsc, float *c, int64_t ldc);
+  void (*softmax_band)(float *st, int64_t ld, int nv, const int64_t *kb, const int64_t *ke, float *m, float *l,
+                       float *rescale);
+  void (*gemm_t_rescale_band)(const float *a, int64_t lda, int nv, const int64_t *kb, const int64_t *ke,
+                              const float *b, int64_t bsk, int64_t bsc, int64_t n, float *c, int64_t ldc,
+                              const float *rs);
+  /* dst[c * ld + r] = src[r * s0 + c * s1] * scale for r < rows, c < cols,
+   * one rounded product per element (the same bits in every set): the flash
+   * forward's transposed load of q (times the scale, as attn_sdpa_load_q)
+   * and its store of out (scale 1). */
+  void (*transpose)(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                    float scale);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */

@@ -6,7 +6,7 @@
  * src/core/flash_decode.c. The shared core describes the
  * operands (attn_sdpa_prepare, attn_sdpa_slice_at), scales q
  * (attn_sdpa_load_q), gives each query row its visible keys
- * (attn_sdpa_row_keys: causal today) and modifies a score tile (bias, mask,
+ * (attn_sdpa_row_keys: causal, a window) and modifies a score tile (bias, mask,
  * the visible range: attn_sdpa_modify_tile), the same for the math kernel
  * (src/core/attention.c) and the modules' tiny path (src/core/modules.c). What is
  * flash's own is the tiling, the online softmax and the micro-kernels.
@@ -23,10 +23,11 @@
  *     St = K_blk Qt                             [bk, BQ]  micro-kernel
  *     St += bias^T, hidden or outside the row's visible keys -> -inf; a
  *       block that some rows see only in part (causal: one that crosses the
- *       diagonal; a window: its two ends) runs per group of 16 rows over the
- *       keys that group sees (scores, softmax and P V all end at its last
- *       row's key), neighbouring groups together over the union of their
- *       keys while that computes at most 1.25 times their scores
+ *       diagonal; a window: its two ends; a block mask's partial blocks)
+ *       runs as a band: each group of 16 rows over the keys it sees (its
+ *       scores, softmax and P V start at its first row's first key and end
+ *       at its last row's last one; a group that sees none is not visited),
+ *       all groups in one call of each band entry (src/core/cpu.h)
  *     m' = max(m, colmax St); Pt = exp(St - m'); l' = exp(m - m') l + colsum Pt
  *     Pt = Pt / l'; Ot = (exp(m - m') l / l') Ot + V_blk^T Pt   micro-kernel
  *   out = Ot^T (zeros where every key was hidden); lse = m + log l when
@@ -46,15 +47,23 @@
  * kernels_avx512.c (the same exp on 16 lanes; the same bits as AVX2). Only
  * those files are compiled with -m flags; src/core/cpu.c picks one set once,
  * from cpuid or ATTN_CPU, and this driver calls it through three function
- * pointers per key block and row group: gemm_t (St = K_blk Qt), softmax_step
- * (all the group's rows; AVX-512 runs four 16-row vectors side by side, so
- * the max and sum chains do not wait on each other) and gemm_t_rescale (the
- * rescale of Ot fused into the stores of V_blk^T Pt: Ot is loaded and stored
- * once per block). Micro-kernel contract: C[c][r] (+)= sum over k of
- * A[k][r] B[k][c], each sum in increasing k with one fused multiply-add per
- * product, then added to C (after C's rescale, rounded): so the tile shape
- * never changes the bits. AVX-512 tiles are 4 vectors x 6 columns (all 64
- * rows of a tile at once; 24 accumulators, 4 loads and 6 broadcasts per 24
+ * pointers per key block: gemm_t (St = K_blk Qt), softmax_step (all the
+ * tile's rows; AVX-512 runs four 16-row vectors side by side, so the max and
+ * sum chains do not wait on each other) and gemm_t_rescale (the rescale of
+ * Ot fused into the stores of V_blk^T Pt: Ot is loaded and stored once per
+ * block); a band calls their band twins (gemm_t_band, softmax_band,
+ * gemm_t_rescale_band), which give each group the bits the 16-row entries
+ * give it over its own keys: the scalar and AVX2 sets run them group by
+ * group, AVX-512 cuts the band's keys where a group's keys begin or end and
+ * runs each piece with the groups that see it side by side (one tile of up
+ * to 64 rows; src/core/kernel_band.h). Qt's load and out's store are the
+ * sets' transposed copy (AVX-512: a gather per 16 elements). Micro-kernel
+ * contract: C[c][r] (+)= sum over k of A[k][r] B[k][c], each sum in
+ * increasing k with one fused multiply-add per product, then added to C
+ * (after C's rescale, rounded): so the tile shape never changes the bits,
+ * and a band's skipped products (P = 0 outside a group's keys) change none
+ * where V is finite. AVX-512 tiles are 4 vectors x 6 columns (all 64 rows
+ * of a tile at once; 24 accumulators, 4 loads and 6 broadcasts per 24
  * FMAs), 3 x 8, 2 x 12 or 1 x 12 for fewer rows, a tail of constant width.
  *
  * Speed (AVX-512, E = Ev = 64): per 16 scores the two products take 128
@@ -64,7 +73,13 @@
  * softmax's three passes and P V's reads (BK = 256: 64 KiB, from L2, cost
  * about 5% of A's time). One thread, CPU time, in isolation (a loop over one
  * block's three calls, K and V hot): both products about 0.97 of the peak,
- * the softmax 4 ns per 16 scores, the whole block 0.82.
+ * the softmax 4 ns per 16 scores, the whole block 0.82. A band, the same
+ * way (one thread, CPU time per 16 computed scores, best of 2000, on a
+ * loaded VM): a full 64 x 128 block 30 ns; a window's first block (groups
+ * over 128, 112, 96 and 80 keys) 35 ns, against 47 ns group by group; the
+ * causal diagonal (15, 31, 47, 63 keys) 41 ns, against 49 ns. A window's
+ * item (b1 h8 n4096, window {255, 0}) computes 17344 scores for its 16384
+ * visible pairs (neighbouring groups merged into 64-row tiles: 19136).
  *
  * Error (measured against float64 softmax(fl(q/8) k^T) v, torch, b1 h4 n1024
  * E64, randn): max abs error 3.0e-7 dense, 5.8e-7 causal, 6.6e-7 window
@@ -90,8 +105,8 @@
 #define BK ATTN_FLASH_BK
 #define MR ATTN_KERNEL_ROWS /* query rows of a softmax group */
 
-#if BQ % MR != 0
-#error "ATTN_FLASH_BQ must be a multiple of 16"
+#if BQ % MR != 0 || BQ / MR > 4
+#error "ATTN_FLASH_BQ must be a multiple of 16, at most 64 (a band has at most 4 vectors of rows)"
 #endif
 
 /* ---------------------------------------------------------------- context */
@@ -191,6 +206,42 @@ static void resume_store(const flash_ctx *c, const flash_item *t, int64_t bi) {
   }
 }
 
+/* One online-softmax step of a band: the nv (<= 4) groups of 16 rows, group
+ * g over its own keys [kb[g], ke[g]) (none: not visited), in one pass of the
+ * set's band entries (tiles of 64 rows where the groups' keys overlap). The
+ * same bits as a key_step per group over its keys. */
+static void band_step(const flash_ctx *c, const flash_item *t, int nv, const int64_t *kb, const int64_t *ke) {
+  const attn_sdpa_problem *p = &c->p;
+  int64_t k0 = INT64_MAX, rb[BQ / MR], re[BQ / MR]; /* the keys from the band's first one */
+  for (int g = 0; g < nv; g++)
+    if (kb[g] < ke[g] && kb[g] < k0) k0 = kb[g];
+  if (k0 == INT64_MAX) return;
+  for (int g = 0; g < nv; g++) rb[g] = kb[g] - k0, re[g] = ke[g] - k0;
+  float *st = t->st;
+  if (p->e > 0) {
+    c->kr->gemm_t_band(t->qt, BQ, p->e, nv, rb, re, t->sl.k + k0 * t->sk0, t->sk1, t->sk0, st, BQ);
+  } else {
+    for (int g = 0; g < nv; g++)
+      for (int64_t j = rb[g]; j < re[g]; j++) memset(st + j * BQ + g * MR, 0, MR * sizeof(float));
+  }
+  for (int g = 0; g < nv; g++) {
+    if (kb[g] >= ke[g]) continue;
+    int64_t gn = t->rows - g * MR < MR ? t->rows - g * MR : MR; /* real (not padded) rows */
+    attn_sdpa_modify_tile(p, &t->sl, t->r0 + g * MR, gn, kb[g], ke[g] - kb[g], st + rb[g] * BQ + g * MR, 1, BQ);
+  }
+  c->kr->softmax_band(st, BQ, nv, rb, re, t->m, t->l, t->a);
+  if (p->dropout_p > 0.0) {
+    for (int g = 0; g < nv; g++) {
+      int64_t kn = ke[g] - kb[g], i_end = (g + 1) * MR < t->rows ? (g + 1) * MR : t->rows;
+      for (int64_t i = g * MR; kn > 0 && i < i_end; i++) {
+        attn_dropout_factors(p->dropout_draw, p->dropout_p, (t->sl.bi * p->lq + t->r0 + i) * p->lk + kb[g], kn, t->f);
+        for (int64_t j = 0; j < kn; j++) st[(rb[g] + j) * BQ + i] *= t->f[j];
+      }
+    }
+  }
+  c->kr->gemm_t_rescale_band(st, BQ, nv, rb, re, t->sl.v + k0 * t->sv0, t->sv0, t->sv1, p->ev, t->ot, BQ, t->a);
+}
+
 /* Work item `item` with the calling thread's scratch block w. */
 static void run_item(const flash_ctx *c, int64_t item, float *w) {
   const attn_sdpa_problem *p = &c->p;
@@ -211,7 +262,10 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   t.a = w + c->off.a;
   t.f = w + c->off.f;
 
-  attn_sdpa_load_q(p, &t.sl, r0, rows, t.qt, 1, BQ);
+  /* Qt = fl(q * scale)^T: attn_sdpa_load_q's products, through the set's
+   * transposed copy */
+  int64_t sq0 = attn_sdpa_row_stride(p, &p->q), sq1 = attn_sdpa_col_stride(p, &p->q);
+  c->kr->transpose(t.sl.q + r0 * sq0, sq0, sq1, rows, e, t.qt, BQ, p->scale);
   for (int64_t d = 0; d < e; d++)
     for (int64_t i = rows; i < rows_p; i++) t.qt[d * BQ + i] = 0.0f;
   for (int64_t i = 0; i < rows_p; i++) {
@@ -236,36 +290,19 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
     if (tk.end <= tk.begin) continue;
     if (tk.begin < common.begin || tk.end > common.end) {
       /* a block that some rows see only in part (causal: it crosses the
-       * diagonal): each group of 16 rows visits only the keys it sees
-       * (scores, softmax and P V), instead of the whole rectangle cut after */
-      attn_key_range gb[BQ / MR];
-      int64_t ng = (rows + MR - 1) / MR;
-      for (int64_t g = 0; g < ng; g++) {
+       * diagonal; a window's ends): a band, each group of 16 rows over only
+       * the keys it sees (scores, softmax and P V), instead of the whole
+       * rectangle cut after */
+      int64_t kb[BQ / MR], ke[BQ / MR];
+      int ng = (int)((rows + MR - 1) / MR);
+      for (int g = 0; g < ng; g++) {
         int64_t gn = rows - g * MR < MR ? rows - g * MR : MR;
         attn_key_range gk = attn_sdpa_rows_keys(p, r0 + g * MR, gn);
-        int64_t kb = gk.begin > tk.begin ? gk.begin : tk.begin, ke = gk.end < tk.end ? gk.end : tk.end;
-        gb[g] = attn_sdpa_block_keys(p, &t.sl, r0 + g * MR, gn, kb, ke > kb ? ke : kb);
+        int64_t b0 = gk.begin > tk.begin ? gk.begin : tk.begin, b1 = gk.end < tk.end ? gk.end : tk.end;
+        attn_key_range gb = attn_sdpa_block_keys(p, &t.sl, r0 + g * MR, gn, b0, b1 > b0 ? b1 : b0);
+        kb[g] = gb.begin, ke[g] = gb.end > gb.begin ? gb.end : gb.begin;
       }
-      /* neighbouring groups run as one tile over the union of their keys
-       * while that computes at most 1.25 times their scores (the rows'
-       * extra keys are hidden: exp gives them 0); a group with no key here
-       * is never visited (nothing changes for it) */
-      for (int64_t g = 0; g < ng;) {
-        if (gb[g].end <= gb[g].begin) {
-          g++;
-          continue;
-        }
-        attn_key_range u = gb[g];
-        int64_t g1 = g + 1, own = u.end - u.begin;
-        for (; g1 < ng && gb[g1].end > gb[g1].begin; g1++) {
-          int64_t ub = gb[g1].begin < u.begin ? gb[g1].begin : u.begin, ue = gb[g1].end > u.end ? gb[g1].end : u.end;
-          int64_t own1 = own + (gb[g1].end - gb[g1].begin);
-          if (4 * (ue - ub) * (g1 + 1 - g) > 5 * own1) break;
-          u.begin = ub, u.end = ue, own = own1;
-        }
-        key_step(c, &t, g * MR, (g1 - g) * MR, u.begin, u.end - u.begin);
-        g = g1;
-      }
+      band_step(c, &t, ng, kb, ke);
     } else {
       key_step(c, &t, 0, rows_p, tk.begin, tk.end - tk.begin);
     }
@@ -276,14 +313,9 @@ static void run_item(const flash_ctx *c, int64_t item, float *w) {
   }
   /* out = Ot^T (already normalised); rows with every key hidden are zeros */
   float *o = c->out->data + (bi * lq + r0) * ev;
-  for (int64_t i = 0; i < rows; i++) {
-    float *oi = o + i * ev;
-    if (t.m[i] == -INFINITY) {
-      memset(oi, 0, (size_t)ev * sizeof(float));
-    } else {
-      for (int64_t d = 0; d < ev; d++) oi[d] = t.ot[d * BQ + i];
-    }
-  }
+  c->kr->transpose(t.ot, BQ, 1, ev, rows, o, ev, 1.0f);
+  for (int64_t i = 0; i < rows; i++)
+    if (t.m[i] == -INFINITY) memset(o + i * ev, 0, (size_t)ev * sizeof(float));
   if (p->lse) {
     float *lse = p->lse->data + bi * lq + r0;
     for (int64_t i = 0; i < rows; i++) lse[i] = attn_sdpa_lse_of(t.m[i], (double)t.l[i]);

@@ -230,5 +230,10 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
   for (int j = 0; j < FMA_CHAINS; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
 }
 
+/* Bands: vector by vector (src/core/kernel_band.h). */
+#define ATTN_BAND_BY_VECTOR
+#include "kernel_band.h"
+
 const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
-                                             rows_dot,    softmax_row, rows_axpy,      8 * FMA_CHAINS, fma_chains};
+                                             rows_dot,    softmax_row, rows_axpy,      8 * FMA_CHAINS, fma_chains,
+  gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};

@@ -16,6 +16,7 @@
  * 1.18e-7 over [-87.33, 0]) on one 16-float vector per 16-row group. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "cpu.h"
 
@@ -231,6 +232,268 @@ static void softmax_step(float *st, int64_t ld, int64_t bk, int64_t rows_p, floa
   }
 }
 
+/* Bands (src/core/cpu.h, src/core/kernel_band.h): each segment of the keys
+ * with its active vectors side by side, so a partly visible block runs in
+ * the tiles of a full one over the keys its rows see. Per vector, the same
+ * operations in the same order as the 16-row entries over its own keys. */
+#include "kernel_band.h"
+
+/* one case per nonzero set of active vectors, a constant for the loops */
+#define BAND_SWITCH(act, CALL)                                                                                         \
+  switch (act) {                                                                                                       \
+  case 1: CALL(1u); break;                                                                                             \
+  case 2: CALL(2u); break;                                                                                             \
+  case 3: CALL(3u); break;                                                                                             \
+  case 4: CALL(4u); break;                                                                                             \
+  case 5: CALL(5u); break;                                                                                             \
+  case 6: CALL(6u); break;                                                                                             \
+  case 7: CALL(7u); break;                                                                                             \
+  case 8: CALL(8u); break;                                                                                             \
+  case 9: CALL(9u); break;                                                                                             \
+  case 10: CALL(10u); break;                                                                                           \
+  case 11: CALL(11u); break;                                                                                           \
+  case 12: CALL(12u); break;                                                                                           \
+  case 13: CALL(13u); break;                                                                                           \
+  case 14: CALL(14u); break;                                                                                           \
+  case 15: CALL(15u); break;                                                                                           \
+  default: break;                                                                                                      \
+  }
+
+/* Scores: each segment's runs of consecutive active vectors as gemm_t's
+ * tiles (a tile's shape never changes a sum's bits). */
+static void gemm_t_band(const float *a, int64_t lda, int64_t kn, int nv, const int64_t *kb, const int64_t *ke,
+                        const float *b, int64_t bsk, int64_t bsc, float *c, int64_t ldc) {
+  band_segs sg;
+  band_segments(nv, kb, ke, &sg);
+  for (int i = 0; i < sg.n; i++) {
+    unsigned act = sg.act[i];
+    int64_t s0 = sg.s0[i], n = sg.s1[i] - s0;
+    for (int v = 0; v < 4;) {
+      if (!(act >> v & 1u)) {
+        v++;
+        continue;
+      }
+      int w = 1;
+      while (v + w < 4 && (act >> (v + w) & 1u)) w++;
+      const float *av = a + 16 * v, *bv = b + s0 * bsc;
+      float *cv = c + s0 * ldc + 16 * v;
+      switch (w) {
+      case 4: columns(4, av, lda, kn, bv, bsk, bsc, n, cv, ldc, STORE, NULL); break;
+      case 3: columns(3, av, lda, kn, bv, bsk, bsc, n, cv, ldc, STORE, NULL); break;
+      case 2: columns(2, av, lda, kn, bv, bsk, bsc, n, cv, ldc, STORE, NULL); break;
+      default: columns(1, av, lda, kn, bv, bsk, bsc, n, cv, ldc, STORE, NULL); break;
+      }
+      v += w;
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void band_max(unsigned mk, const float *st, int64_t ld, int64_t j0,
+                                                           int64_t j1, __m512 *mx) {
+  for (int64_t j = j0; j < j1; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++)
+      if (mk >> v & 1u) mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(st + j * ld + 16 * v));
+  }
+}
+
+static inline __attribute__((always_inline)) void band_exp(unsigned mk, float *st, int64_t ld, int64_t j0, int64_t j1,
+                                                           const __m512 *msub, __m512 *sum) {
+  for (int64_t j = j0; j < j1; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (!(mk >> v & 1u)) continue;
+      float *sj = st + j * ld + 16 * v;
+      __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), msub[v]));
+      _mm512_storeu_ps(sj, p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void band_scale(unsigned mk, float *st, int64_t ld, int64_t j0,
+                                                             int64_t j1, const __m512 *inv) {
+  for (int64_t j = j0; j < j1; j++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (!(mk >> v & 1u)) continue;
+      float *sj = st + j * ld + 16 * v;
+      _mm512_storeu_ps(sj, _mm512_mul_ps(_mm512_loadu_ps(sj), inv[v]));
+    }
+  }
+}
+
+/* softmax_nv's passes, each over the segments in increasing keys: a
+ * vector's max, sum and scaling see its own keys in softmax_step16's order. */
+static void softmax_band(float *st, int64_t ld, int nv, const int64_t *kb, const int64_t *ke, float *m, float *l,
+                         float *rescale) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+  __m512 mx[4], msub[4], sum[4], inv[4];
+  band_segs sg;
+  band_segments(nv, kb, ke, &sg);
+  unsigned live = 0;
+  for (int v = 0; v < nv; v++)
+    if (kb[v] < ke[v]) live |= 1u << v;
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) mx[v] = ninf, msub[v] = sum[v] = inv[v] = zero;
+  for (int i = 0; i < sg.n; i++) {
+#define CALL(mk) band_max(mk, st, ld, sg.s0[i], sg.s1[i], mx)
+    BAND_SWITCH(sg.act[i], CALL)
+#undef CALL
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (!(live >> v & 1u)) continue;
+    mx[v] = _mm512_max_ps(mx[v], _mm512_loadu_ps(m + 16 * v));
+    msub[v] = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v]);
+  }
+  for (int i = 0; i < sg.n; i++) {
+#define CALL(mk) band_exp(mk, st, ld, sg.s0[i], sg.s1[i], msub, sum)
+    BAND_SWITCH(sg.act[i], CALL)
+#undef CALL
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) {
+    if (!(live >> v & 1u)) continue;
+    __m512 mold = _mm512_loadu_ps(m + 16 * v);
+    __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), exp16(_mm512_sub_ps(mold, msub[v])));
+    __m512 lnew = _mm512_add_ps(kept, sum[v]);
+    inv[v] = _mm512_maskz_div_ps((__mmask16)~_mm512_cmp_ps_mask(lnew, zero, _CMP_EQ_OQ), _mm512_set1_ps(1.0f), lnew);
+    _mm512_storeu_ps(rescale + 16 * v, _mm512_mul_ps(kept, inv[v]));
+    _mm512_storeu_ps(l + 16 * v, lnew);
+    __mmask16 bad = _mm512_cmp_ps_mask(sum[v], sum[v], _CMP_UNORD_Q);
+    _mm512_storeu_ps(m + 16 * v, _mm512_mask_mov_ps(mx[v], bad, _mm512_set1_ps(NAN)));
+  }
+  for (int i = 0; i < sg.n; i++) {
+#define CALL(mk) band_scale(mk, st, ld, sg.s0[i], sg.s1[i], inv)
+    BAND_SWITCH(sg.act[i], CALL)
+#undef CALL
+  }
+}
+
+/* P V over one segment: the active vectors' products of keys [k0, k1) */
+static inline __attribute__((always_inline)) void band_pv_keys(int nv, int nc, unsigned mk, const float *a,
+                                                               int64_t lda, int64_t k0, int64_t k1, const float *b,
+                                                               int64_t bsk, int64_t bsc, __m512 (*acc)[NR_MAX]) {
+  for (int64_t k = k0; k < k1; k++) {
+    __m512 av[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++)
+      av[v] = v < nv && (mk >> v & 1u) ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
+    const float *bk = b + k * bsk;
+#pragma GCC unroll 12
+    for (int j = 0; j < NR_MAX; j++) {
+      if (j >= nc) break;
+      __m512 bv = _mm512_set1_ps(bk[j * bsc]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++)
+        if (v < nv && (mk >> v & 1u)) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
+    }
+  }
+}
+
+/* nv vectors x nc columns of P V over the band's segments, then C = rs C +
+ * sum for the live vectors (tile's RESCALE_ADD) */
+static inline __attribute__((always_inline)) void band_pv_tile(int nv, int nc, const float *a, int64_t lda,
+                                                               const band_segs *sg, unsigned live, const float *b,
+                                                               int64_t bsk, int64_t bsc, float *c, int64_t ldc,
+                                                               const float *rs) {
+  __m512 acc[4][NR_MAX];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++)
+#pragma GCC unroll 12
+    for (int j = 0; j < NR_MAX; j++) acc[v][j] = _mm512_setzero_ps();
+  for (int i = 0; i < sg->n; i++) {
+#define CALL(mk) band_pv_keys(nv, nc, mk, a, lda, sg->s0[i], sg->s1[i], b, bsk, bsc, acc)
+    BAND_SWITCH(sg->act[i], CALL)
+#undef CALL
+  }
+  __m512 sv[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; v++) sv[v] = v < nv ? _mm512_loadu_ps(rs + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int j = 0; j < NR_MAX; j++) {
+    if (j >= nc) break;
+    float *cj = c + j * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      if (v >= nv) break;
+      if (!(live >> v & 1u)) continue;
+      __m512 x = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(cj + 16 * v), sv[v]), acc[v][j]);
+      _mm512_storeu_ps(cj + 16 * v, x);
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void band_pv_columns(int nv, const float *a, int64_t lda,
+                                                                  const band_segs *sg, unsigned live, const float *b,
+                                                                  int64_t bsk, int64_t bsc, int64_t n, float *c,
+                                                                  int64_t ldc, const float *rs) {
+  const int w = NR_OF(nv);
+  int64_t j = 0;
+  for (; j + w <= n; j += w) band_pv_tile(nv, w, a, lda, sg, live, b + j * bsc, bsk, bsc, c + j * ldc, ldc, rs);
+  if (j == n) return;
+  const float *bj = b + j * bsc;
+  float *cj = c + j * ldc;
+  switch ((int)(n - j)) {
+#define TAIL(t) \
+  case t: if (t < w) band_pv_tile(nv, t, a, lda, sg, live, bj, bsk, bsc, cj, ldc, rs); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
+#undef TAIL
+  default: break;
+  }
+}
+
+/* P V: the live vectors from the first to the last one as one tile row (a
+ * vector in between with no keys is neither summed nor stored) */
+static void gemm_t_rescale_band(const float *a, int64_t lda, int nv, const int64_t *kb, const int64_t *ke,
+                                const float *b, int64_t bsk, int64_t bsc, int64_t n, float *c, int64_t ldc,
+                                const float *rs) {
+  int f = 0, last = -1;
+  for (int v = 0; v < nv; v++)
+    if (kb[v] < ke[v]) {
+      if (last < 0) f = v;
+      last = v;
+    }
+  if (last < 0) return;
+  int span = last - f + 1;
+  band_segs sg;
+  band_segments(span, kb + f, ke + f, &sg);
+  unsigned live = 0;
+  for (int v = 0; v < span; v++)
+    if (kb[f + v] < ke[f + v]) live |= 1u << v;
+  a += 16 * f, c += 16 * f, rs += 16 * f;
+  switch (span) {
+  case 4: band_pv_columns(4, a, lda, &sg, live, b, bsk, bsc, n, c, ldc, rs); break;
+  case 3: band_pv_columns(3, a, lda, &sg, live, b, bsk, bsc, n, c, ldc, rs); break;
+  case 2: band_pv_columns(2, a, lda, &sg, live, b, bsk, bsc, n, c, ldc, rs); break;
+  default: band_pv_columns(1, a, lda, &sg, live, b, bsk, bsc, n, c, ldc, rs); break;
+  }
+}
+
+/* The transposed copy (src/core/cpu.h): 16 rows at a time by one gather per
+ * column (indices in 32 bits; a stride too large for them: element by
+ * element). */
+static void transpose(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                      float scale) {
+  if (s0 > INT32_MAX / 16 || s0 < -(INT32_MAX / 16)) {
+    for (int64_t c = 0; c < cols; c++)
+      for (int64_t r = 0; r < rows; r++) dst[c * ld + r] = src[r * s0 + c * s1] * scale;
+    return;
+  }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32((int)s0));
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < rows; r += 16) {
+    __mmask16 k = rows - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (rows - r)) - 1u);
+    const float *sr = src + r * s0;
+    for (int64_t c = 0; c < cols; c++) {
+      __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, sr + c * s1, 4);
+      _mm512_mask_storeu_ps(dst + c * ld + r, k, _mm512_mul_ps(x, sc));
+    }
+  }
+}
+
 static void exp_minus(float *x, int64_t n, float m) {
   __m512 mv = _mm512_set1_ps(m);
   int64_t j = 0;
@@ -321,4 +584,5 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
 }
 
 const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  softmax_step, exp_minus,
-                                               rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains};
+                                               rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains,
+                                               gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};
