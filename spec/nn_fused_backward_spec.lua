@@ -134,9 +134,9 @@ describe("the training forward keeps what the backward needs", function()
     return r, table.pack(modules.attention_backward(table.unpack(a, 1, 23)))
   end
   for _, c in ipairs {
-    { "math kernel, out_proj, 4 heads, dropout", 2, 40, 16, 16, 4, 0.2, true, 1 },
-    { "math kernel, no out_proj (CausalAttention), 1 head", 3, 33, 8, 12, 1, 0.0, false, 1 },
-    { "math kernel, 1 head with out_proj, dropout", 2, 50, 8, 8, 1, 0.1, true, 1 },
+    { "math kernel, out_proj, 4 heads, dropout", 2, 24, 16, 32, 4, 0.2, true, 1 },
+    { "math kernel, no out_proj (CausalAttention), 1 head", 3, 31, 8, 12, 1, 0.0, false, 1 },
+    { "math kernel, 1 head with out_proj, dropout", 2, 20, 16, 16, 1, 0.1, true, 1 },
     { "flash kernel, out_proj, 2 heads, dropout", 2, 300, 16, 16, 2, 0.2, true, 2 },
     { "flash kernel, no out_proj", 1, 260, 8, 8, 2, 0.0, false, 2 },
   } do
@@ -298,16 +298,16 @@ describe("fused module backward: bad input", function()
 
   it("a kept state that does not fit the call", function()
     attn.manual_seed(5)
-    local x, w = attn.randn(2, 40, 16), attn.randn(16, 16) * 0.2
-    local a = table.pack(x, 16, 40, 3, 2, 0.25, 0.0, w, nil, w, nil, w, nil, w, nil, nil, true, true)
+    local x, w = attn.randn(2, 24, 16), attn.randn(16, 16) * 0.2
+    local a = table.pack(x, 16, 24, 3, 2, 0.25, 0.0, w, nil, w, nil, w, nil, w, nil, nil, true, true)
     local r = table.pack(modules.attention_forward(table.unpack(a, 1, 18)))
     assert.equal(7, r.n)
-    a[17], a[18] = attn.randn(2, 40, 16), r[2]
+    a[17], a[18] = attn.randn(2, 24, 16), r[2]
     for i = 1, 5 do a[18 + i] = r[2 + i] end
     assert.equal(9, select("#", modules.attention_backward(table.unpack(a, 1, 23))))
     a[19] = attn.zeros(3, 80, 15)
     assert.is_truthy(call(table.unpack(a, 1, 23)):find(B .. "bad argument #19 'qkv' (expected the contiguous tensor "
-      .. "of 3840 floats attention_forward kept for these sizes)", 1, true))
+      .. "of 2304 floats attention_forward kept for these sizes)", 1, true))
     a[19], a[22] = r[3], r[6]:narrow(4, 1, 20)
     assert.is_truthy(call(table.unpack(a, 1, 23)):find(B .. "bad argument #22 'saved'", 1, true))
     a[22], a[23] = r[6], 2

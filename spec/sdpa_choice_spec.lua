@@ -46,15 +46,15 @@ describe("kernel = 'auto'", function()
 
   it("a GQA group too large for one query tile is not a decoding call: the crossover decides", function()
     attn.manual_seed(3)
-    -- 64 query heads per kv head x 2 rows = 128 rows > one tile; Lq Lk = 5000 < 64K: math
+    -- 64 query heads per kv head x 2 rows = 128 rows > one tile; 2 rows per head, fewer than 16: math
     local q, k, v = attn.randn(1, 64, 2, 8), attn.randn(1, 1, 2500, 8), attn.randn(1, 1, 2500, 8)
     assert.are.equal("math", picked(q, k, v, { enable_gqa = true }))
   end)
 
   it("a narrow window (a quarter of the pairs or fewer) takes the fused kernel below the dense crossover", function()
     attn.manual_seed(4)
-    local q, k, v = attn.randn(1, 1, 100, 16), attn.randn(1, 1, 600, 16), attn.randn(1, 1, 600, 16)
-    -- Lq Lk = 60000 < 64K: dense and causal-only calls stay on the math kernel
+    -- 8 query rows (fewer than a tile's 16): dense and causal-only calls stay on the math kernel
+    local q, k, v = attn.randn(1, 1, 8, 16), attn.randn(1, 1, 600, 16), attn.randn(1, 1, 600, 16)
     assert.are.equal("math", picked(q, k, v, {}))
     assert.are.equal("math", picked(q, k, v, { window = { -1, 0 } }))
     assert.are.equal("flash", picked(q, k, v, { window = { 63, 0 } }))
@@ -64,12 +64,20 @@ describe("kernel = 'auto'", function()
     assert.are.equal("math", picked(q, ks, vs, { window = { 15, 0 } }))
   end)
 
-  it("square causal calls choose as before (the fused module forward and backward rely on it)", function()
+  it("the dense crossover: 32 keys and 16 query rows take the fused kernel, the notebooks' sizes the math one", function()
     attn.manual_seed(5)
-    local small = attn.randn(1, 2, 200, 16)
-    assert.are.equal("math", picked(small, small, small, { is_causal = true }))
-    local big = attn.randn(1, 1, 300, 16)
-    assert.are.equal("flash", picked(big, big, big, { is_causal = true }))
+    -- square causal calls (the fused module forward and backward choose the same way)
+    local notebook = attn.randn(1, 2, 6, 16)
+    assert.are.equal("math", picked(notebook, notebook, notebook, { is_causal = true }))
+    local below = attn.randn(1, 2, 31, 16)
+    assert.are.equal("math", picked(below, below, below, { is_causal = true }))
+    local at = attn.randn(1, 2, 32, 16)
+    assert.are.equal("flash", picked(at, at, at, { is_causal = true }))
+    assert.are.equal("flash", picked(at, at, at, {}))
+    -- 15 rows against many keys: math; 16 rows: fused
+    local k, v = attn.randn(1, 1, 300, 16), attn.randn(1, 1, 300, 16)
+    assert.are.equal("math", picked(attn.randn(1, 1, 15, 16), k, v, {}))
+    assert.are.equal("flash", picked(attn.randn(1, 1, 16, 16), k, v, {}))
   end)
 
   it("a recorded call chooses as the unrecorded one (the same bits); its gradients agree with math's", function()

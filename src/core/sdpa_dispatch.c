@@ -51,11 +51,13 @@ static double visible_pairs(int64_t lq, int64_t lk, const attn_sdpa_opts *o) {
 }
 
 /* requested kernel, sizes, options -> the kernel that runs (AUTO + why: none) */
-/* The key count of the crossover and of the window rule below, measured
- * when the fused kernel's key tile had 256 keys; a constant of its own, so
- * that a tile size never moves a call from one kernel (and its bits) to the
- * other. */
+/* The key count of the window rule below (measured when the fused kernel's
+ * key tile had 256 keys) and the sizes of the dense crossover: constants of
+ * their own, so that a tile size never moves a call from one kernel (and its
+ * bits) to the other. */
 #define CROSSOVER_KEYS 256
+#define SMALL_KEYS 32
+#define SMALL_ROWS 16
 
 attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t nb, int64_t lq, int64_t lk,
                                              int64_t e, int64_t ev, int need_weights, int64_t gqa_group,
@@ -75,10 +77,13 @@ attn_sdpa_kernel attn_sdpa_choose_kernel_for(attn_sdpa_kernel requested, int64_t
    * score row per query head (scripts/bench.lua, 2 threads at load 7: decode
    * 2.5-2.9x faster, decode_gqa 6-7x) */
   if (attn_flash_decode_fits(gqa_group < 1 ? lq : gqa_group * lq, lk)) return ATTN_SDPA_FLASH;
-  /* measured crossover (scripts/bench.lua --cases crossover on a 2-core Zen 3):
-   * the math kernel is as fast or faster while a slice's scores fit in a few
-   * tiles; past that the fused kernel wins and its memory stays O(tile) */
-  if (lk > CROSSOVER_KEYS / 2 && lq * lk >= 64 * 1024) return ATTN_SDPA_FLASH;
+  /* measured crossover (one thread, CPU time, [8, 8, n, n] with E 16 and 64,
+   * causal or not, on an Intel Xeon with AVX-512): the fused kernel's forward
+   * is 1.7-7x the math kernel's from 16 keys on, forward + backward break
+   * even at 16 keys and gain 1.1-2x from 32; below that (the notebooks'
+   * sizes) and for fewer than 16 query rows (a tile's rows would be mostly
+   * padding) the math kernel stays */
+  if (lk >= SMALL_KEYS && lq >= SMALL_ROWS) return ATTN_SDPA_FLASH;
   /* a window that hides most pairs: the fused kernel skips the key tiles
    * outside it, the math kernel computes every score (scripts/bench.lua
    * window, 2 threads at load 7: 36x). Causal alone hides half, which the
