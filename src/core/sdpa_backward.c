@@ -236,6 +236,9 @@ typedef struct bwd_slice {
   float *capped;               /* softcap or score_mod: the tile's scores as score_mod gets them (the capped
                                   c tanh(S0 / c), or S0) [BQ, bk]; else NULL */
   float *gbuf;                 /* NULL, or this slice's buffer of the score_mod tables' gradients */
+  int fusable;                 /* flash with nothing between S and P but the visible range (no bias, mask,
+                                  ALiBi, softcap, score_mod, block mask, mask_mod) and nothing between dW and
+                                  dS (no dropout, no weights' gradient), in a set with p_ds */
 } bwd_slice;
 
 /* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
@@ -306,6 +309,8 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
   t->capped = p->softcap > 0.0f || p->score_mod ? w + c->off_cap : NULL;
   t->gbuf = c->gbuf ? c->gbuf + bi * c->gsize : NULL;
+  t->fusable = c->bk_kr->p_ds && t->lse && !t->capped && !t->dwt && p->dropout_p == 0.0 && !t->sl.bias &&
+               !t->sl.mask && !p->has_alibi && !t->sl.blocks.kind && !p->mask_mod;
 }
 
 /* The scaled q of query rows [r0, r0 + n) of slice t into its qs. */
@@ -352,11 +357,25 @@ enum { TILE_DQ = 1, TILE_DKV = 2 }; /* what a tile adds to: dQ, and/or dK, dV an
  * dS = P * (dW * F - D) in dw (and through the cap), dbias; dQ_i += scale dS
  * K_j when asked. *wt, *ldw: where W is (the saved probs, s or wd). */
 static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn,
-                      int64_t ld, size_t tile_off, int what, const float **wt_out, int64_t *ldw_out) {
+                      int64_t ld, size_t tile_off, int what, int seen_whole, const float **wt_out,
+                      int64_t *ldw_out) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
   int64_t ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
   float *s = t->s + tile_off, *dw = t->dw + tile_off;
+  /* every row sees every key of the step and nothing modifies the scores:
+   * S -> P and dW -> dS in one pass of the set's fused entry, the bits of
+   * the separate products and passes below (both products on the
+   * micro-kernels: neither is small) */
+  if (seen_whole && t->fusable && rows * kn * e > ATTN_SMALL_GEMM_MACS && rows * kn * ev > ATTN_SMALL_GEMM_MACS) {
+    c->bk_kr->p_ds(rows, kn, e, t->qs + (i0 - t->q0) * e, e, t->kt + kb - t->kt0, t->ldkt, ev, t->dop + i0 * lddo,
+                   lddo, t->vt + kb - t->kt0, t->ldkt, t->lse + i0, t->dd + i0, s, ld, dw, ld);
+    *wt_out = s;
+    *ldw_out = ld;
+    if ((what & TILE_DQ) && e > 0)
+      gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * e, e);
+    return;
+  }
   /* softcap: the capped scores s' = c tanh(S0 / c), S0 = Qs_i K^T, recomputed
    * (math too: its saved P cannot give them back where it underflowed) */
   float *capped = t->capped ? t->capped + tile_off : NULL;
@@ -460,7 +479,7 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
   const float *wt;
   int64_t ldw;
   if (kb >= all.begin && ke <= all.end) {
-    tile_step(c, t, i0, rows, kb, kn, kn, 0, what, &wt, &ldw);
+    tile_step(c, t, i0, rows, kb, kn, kn, 0, what, 1, &wt, &ldw);
   } else {
     float *wd = p->dropout_p > 0.0 ? t->wd : t->probs ? NULL : t->s; /* W, unless the saved probs */
     for (int64_t r = 0; r < rows; r++) {
@@ -476,7 +495,8 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
       const float *unused_w;
       int64_t unused_ld;
       if (ge > gb)
-        tile_step(c, t, i0 + g, n, gb, ge - gb, kn, (size_t)(g * kn + gb - kb), what, &unused_w, &unused_ld);
+        tile_step(c, t, i0 + g, n, gb, ge - gb, kn, (size_t)(g * kn + gb - kb), what, 0, &unused_w,
+                  &unused_ld);
     }
   }
   /* dV_j += W^T dO_i [kn, Ev]; dK_j += dS^T Qs_i [kn, E] */
