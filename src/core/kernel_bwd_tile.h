@@ -2,7 +2,10 @@
  * for the vector sets. Included by kernels_gemm_avx2.c and
  * kernels_gemm_avx512.c after src/core/kernel_gemm.h, with its VEC, VW, MR,
  * NV and vector helpers, and vexp(x): the flash forward's exponential of the
- * same set, operation for operation (so P here has the forward's bits).
+ * same set, operation for operation (so P here has the forward's bits), and
+ * vkeep(x, lo, hi): x in the lanes l with lo <= l < hi, +0 in the others
+ * (lo, hi in [0, VW]: the -inf the forward gives a hidden key, whose exp is
+ * +0).
  * A micro-tile is MR query rows x NV vectors of keys: the scores' sums run
  * in registers, then P = exp(S - lse) is taken there and stored; then dW's
  * sums run in the same registers and dS = P (dW - D) leaves them, P read
@@ -22,8 +25,8 @@ static inline __attribute__((always_inline)) void pds_tile(const int mr, const i
                                                            int64_t e, const float *qs, int64_t ldq, const float *kt,
                                                            int64_t ldkt, int64_t ev, const float *dout, int64_t lddo,
                                                            const float *vt, int64_t ldvt, const float *lse,
-                                                           const float *d, float *p, int64_t ldp, float *ds,
-                                                           int64_t ldds) {
+                                                           const float *d, const int64_t *vis, int64_t j0, float *p,
+                                                           int64_t ldp, float *ds, int64_t ldds) {
   VEC acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
@@ -58,6 +61,12 @@ static inline __attribute__((always_inline)) void pds_tile(const int mr, const i
     for (int v = 0; v < NV; v++) {
       if (v >= nv) break;
       VEC x = none ? vzero() : vexp(vsub(acc[r][v], lv));
+      if (vis) { /* the keys of the row's visible range; P = 0 at the others */
+        int64_t c0 = j0 + v * VW, lo = vis[2 * r] - c0, hi = vis[2 * r + 1] - c0;
+        lo = lo < 0 ? 0 : lo > VW ? VW : lo;
+        hi = hi < 0 ? 0 : hi > VW ? VW : hi;
+        if (lo > 0 || hi < VW) x = vkeep(x, (int)lo, (int)hi);
+      }
       if (tail && v == nv - 1)
         vstore_n(pr + v * VW, x, nlast);
       else
@@ -106,16 +115,16 @@ static inline __attribute__((always_inline)) void pds_rows(const int nv, const i
                                                            int64_t e, const float *qs, int64_t ldq, const float *kt,
                                                            int64_t ldkt, int64_t ev, const float *dout, int64_t lddo,
                                                            const float *vt, int64_t ldvt, const float *lse,
-                                                           const float *d, float *p, int64_t ldp, float *ds,
-                                                           int64_t ldds) {
+                                                           const float *d, const int64_t *vis, int64_t j0, float *p,
+                                                           int64_t ldp, float *ds, int64_t ldds) {
   int64_t i = 0;
   for (; i + MR <= m; i += MR)
     pds_tile(MR, nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i, d + i,
-             p + i * ldp, ldp, ds + i * ldds, ldds);
+             vis ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds);
   if (i == m) return;
 #define PDS_ARGS                                                                                                    \
-  nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i, d + i, p + i * ldp, \
-      ldp, ds + i * ldds, ldds
+  nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i, d + i,              \
+      vis ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds
   switch ((int)(m - i)) { /* a constant mr for each tail height */
   case 1: pds_tile(1, PDS_ARGS); break;
 #if MR > 2
@@ -146,18 +155,20 @@ static inline __attribute__((always_inline)) void pds_rows(const int nv, const i
  * left. */
 static void bwd_p_ds(int64_t m, int64_t n, int64_t e, const float *qs, int64_t ldq, const float *kt, int64_t ldkt,
                      int64_t ev, const float *dout, int64_t lddo, const float *vt, int64_t ldvt, const float *lse,
-                     const float *d, float *p, int64_t ldp, float *ds, int64_t ldds) {
+                     const float *d, const int64_t *vis, float *p, int64_t ldp, float *ds, int64_t ldds) {
   if (m <= 0 || n <= 0) return;
   int64_t j = 0;
   for (; j + NV * VW <= n; j += NV * VW)
-    pds_rows(NV, 0, VW, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, p + j, ldp, ds + j, ldds);
+    pds_rows(NV, 0, VW, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, ldp, ds + j,
+             ldds);
   if (j == n) return;
   int64_t rest = n - j;
   int nv = (int)((rest + VW - 1) / VW);
   int64_t nlast = rest - (int64_t)(nv - 1) * VW;
 #define PDS_COLS(w)                                                                                                  \
   case w:                                                                                                            \
-    pds_rows(w, 1, nlast, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, p + j, ldp, ds + j, ldds); \
+    pds_rows(w, 1, nlast, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, ldp,    \
+             ds + j, ldds);                                                                                          \
     break;
   switch (nv) { /* a constant nv for each tail width */
     PDS_COLS(1)

@@ -56,6 +56,13 @@ static inline __m256 vexp(__m256 x) {
   __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
 }
+/* x in the lanes [lo, hi), +0 in the others (src/core/kernel_bwd_tile.h) */
+static inline __m256 vkeep(__m256 x, int lo, int hi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(lo - 1)),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
+  return _mm256_and_ps(_mm256_castsi256_ps(m), x);
+}
 #include "kernel_gemm.h"
 #include "kernel_bwd_tile.h"
 

@@ -58,6 +58,13 @@ static inline __m512 vexp(__m512 x) {
   __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
   return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
 }
+/* x in the lanes [lo, hi), +0 in the others (src/core/kernel_bwd_tile.h) */
+static inline __m512 vkeep(__m512 x, int lo, int hi) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 m =
+      _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(lo)) & _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(hi));
+  return _mm512_maskz_mov_ps(m, x);
+}
 #include "kernel_gemm.h"
 #include "kernel_bwd_tile.h"
 

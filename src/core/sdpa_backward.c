@@ -363,13 +363,22 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
   int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
   int64_t ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
   float *s = t->s + tile_off, *dw = t->dw + tile_off;
-  /* every row sees every key of the step and nothing modifies the scores:
-   * S -> P and dW -> dS in one pass of the set's fused entry, the bits of
-   * the separate products and passes below (both products on the
+  /* nothing modifies the scores but the rows' visible ranges: S -> P and
+   * dW -> dS in one pass of the set's fused entry, P = 0 where a row does not
+   * see a key (a step of a tile its rows see in part: each row's range), the
+   * bits of the separate products and passes below (both products on the
    * micro-kernels: neither is small) */
-  if (seen_whole && t->fusable && rows * kn * e > ATTN_SMALL_GEMM_MACS && rows * kn * ev > ATTN_SMALL_GEMM_MACS) {
+  if (t->fusable && (seen_whole || rows <= STEP_ROWS) && rows * kn * e > ATTN_SMALL_GEMM_MACS &&
+      rows * kn * ev > ATTN_SMALL_GEMM_MACS) {
+    int64_t vis[2 * STEP_ROWS];
+    if (!seen_whole)
+      for (int64_t r = 0; r < rows; r++) {
+        attn_key_range kr = attn_sdpa_row_keys(p, i0 + r);
+        vis[2 * r] = kr.begin - kb, vis[2 * r + 1] = kr.end - kb;
+      }
     c->bk_kr->p_ds(rows, kn, e, t->qs + (i0 - t->q0) * e, e, t->kt + kb - t->kt0, t->ldkt, ev, t->dop + i0 * lddo,
-                   lddo, t->vt + kb - t->kt0, t->ldkt, t->lse + i0, t->dd + i0, s, ld, dw, ld);
+                   lddo, t->vt + kb - t->kt0, t->ldkt, t->lse + i0, t->dd + i0, seen_whole ? NULL : vis, s, ld, dw,
+                   ld);
     *wt_out = s;
     *ldw_out = ld;
     if ((what & TILE_DQ) && e > 0)
