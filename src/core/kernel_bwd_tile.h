@@ -19,9 +19,10 @@
 
 #include <math.h>
 
-/* mr rows x nv vectors (the last one nlast lanes when tail); constant mr, nv
- * and tail after inlining. */
-static inline __attribute__((always_inline)) void pds_tile(const int mr, const int nv, const int tail, int64_t nlast,
+/* mr rows x nv vectors (the last one nlast lanes when tail); constant
+ * masked (vis given), mr, nv and tail after inlining. */
+static inline __attribute__((always_inline)) void pds_tile(const int masked, const int mr, const int nv, const int tail,
+                                                           int64_t nlast,
                                                            int64_t e, const float *qs, int64_t ldq, const float *kt,
                                                            int64_t ldkt, int64_t ev, const float *dout, int64_t lddo,
                                                            const float *vt, int64_t ldvt, const float *lse,
@@ -61,7 +62,7 @@ static inline __attribute__((always_inline)) void pds_tile(const int mr, const i
     for (int v = 0; v < NV; v++) {
       if (v >= nv) break;
       VEC x = none ? vzero() : vexp(vsub(acc[r][v], lv));
-      if (vis) { /* the keys of the row's visible range; P = 0 at the others */
+      if (masked) { /* the keys of the row's visible range; P = 0 at the others */
         int64_t c0 = j0 + v * VW, lo = vis[2 * r] - c0, hi = vis[2 * r + 1] - c0;
         lo = lo < 0 ? 0 : lo > VW ? VW : lo;
         hi = hi < 0 ? 0 : hi > VW ? VW : hi;
@@ -111,7 +112,8 @@ static inline __attribute__((always_inline)) void pds_tile(const int mr, const i
 }
 
 /* Every row of one column block: MR rows at a time, then the rest. */
-static inline __attribute__((always_inline)) void pds_rows(const int nv, const int tail, int64_t nlast, int64_t m,
+static inline __attribute__((always_inline)) void pds_rows(const int masked, const int nv, const int tail,
+                                                           int64_t nlast, int64_t m,
                                                            int64_t e, const float *qs, int64_t ldq, const float *kt,
                                                            int64_t ldkt, int64_t ev, const float *dout, int64_t lddo,
                                                            const float *vt, int64_t ldvt, const float *lse,
@@ -119,56 +121,57 @@ static inline __attribute__((always_inline)) void pds_rows(const int nv, const i
                                                            int64_t ldp, float *ds, int64_t ldds) {
   int64_t i = 0;
   for (; i + MR <= m; i += MR)
-    pds_tile(MR, nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i, d + i,
-             vis ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds);
+    pds_tile(masked, MR, nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i,
+             d + i, masked ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds);
   if (i == m) return;
 #define PDS_ARGS                                                                                                    \
   nv, tail, nlast, e, qs + i * ldq, ldq, kt, ldkt, ev, dout + i * lddo, lddo, vt, ldvt, lse + i, d + i,              \
-      vis ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds
+      masked ? vis + 2 * i : NULL, j0, p + i * ldp, ldp, ds + i * ldds, ldds
   switch ((int)(m - i)) { /* a constant mr for each tail height */
-  case 1: pds_tile(1, PDS_ARGS); break;
+  case 1: pds_tile(masked, 1, PDS_ARGS); break;
 #if MR > 2
-  case 2: pds_tile(2, PDS_ARGS); break;
+  case 2: pds_tile(masked, 2, PDS_ARGS); break;
 #endif
 #if MR > 3
-  case 3: pds_tile(3, PDS_ARGS); break;
+  case 3: pds_tile(masked, 3, PDS_ARGS); break;
 #endif
 #if MR > 4
-  case 4: pds_tile(4, PDS_ARGS); break;
+  case 4: pds_tile(masked, 4, PDS_ARGS); break;
 #endif
 #if MR > 5
-  case 5: pds_tile(5, PDS_ARGS); break;
+  case 5: pds_tile(masked, 5, PDS_ARGS); break;
 #endif
 #if MR > 6
-  case 6: pds_tile(6, PDS_ARGS); break;
+  case 6: pds_tile(masked, 6, PDS_ARGS); break;
 #endif
 #if MR > 7
-  case 7: pds_tile(7, PDS_ARGS); break;
+  case 7: pds_tile(masked, 7, PDS_ARGS); break;
 #endif
   default: break;
   }
 #undef PDS_ARGS
 }
 
-/* src/core/kernels_bwd.h: p_ds. Column blocks of NV vectors of keys (K^T's
- * and V^T's columns stay in L1 for all the rows), then one block of the keys
- * left. */
-static void bwd_p_ds(int64_t m, int64_t n, int64_t e, const float *qs, int64_t ldq, const float *kt, int64_t ldkt,
-                     int64_t ev, const float *dout, int64_t lddo, const float *vt, int64_t ldvt, const float *lse,
-                     const float *d, const int64_t *vis, float *p, int64_t ldp, float *ds, int64_t ldds) {
-  if (m <= 0 || n <= 0) return;
+/* Column blocks of NV vectors of keys (K^T's and V^T's columns stay in L1
+ * for all the rows), then one block of the keys left. */
+static inline __attribute__((always_inline)) void pds_blocks(const int masked, int64_t m, int64_t n, int64_t e,
+                                                             const float *qs, int64_t ldq, const float *kt,
+                                                             int64_t ldkt, int64_t ev, const float *dout,
+                                                             int64_t lddo, const float *vt, int64_t ldvt,
+                                                             const float *lse, const float *d, const int64_t *vis,
+                                                             float *p, int64_t ldp, float *ds, int64_t ldds) {
   int64_t j = 0;
   for (; j + NV * VW <= n; j += NV * VW)
-    pds_rows(NV, 0, VW, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, ldp, ds + j,
-             ldds);
+    pds_rows(masked, NV, 0, VW, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, ldp,
+             ds + j, ldds);
   if (j == n) return;
   int64_t rest = n - j;
   int nv = (int)((rest + VW - 1) / VW);
   int64_t nlast = rest - (int64_t)(nv - 1) * VW;
 #define PDS_COLS(w)                                                                                                  \
   case w:                                                                                                            \
-    pds_rows(w, 1, nlast, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, ldp,    \
-             ds + j, ldds);                                                                                          \
+    pds_rows(masked, w, 1, nlast, m, e, qs, ldq, kt + j, ldkt, ev, dout, lddo, vt + j, ldvt, lse, d, vis, j, p + j, \
+             ldp, ds + j, ldds);                                                                                     \
     break;
   switch (nv) { /* a constant nv for each tail width */
     PDS_COLS(1)
@@ -184,6 +187,17 @@ static void bwd_p_ds(int64_t m, int64_t n, int64_t e, const float *qs, int64_t l
   default: break;
   }
 #undef PDS_COLS
+}
+
+/* src/core/kernels_bwd.h: p_ds. */
+static void bwd_p_ds(int64_t m, int64_t n, int64_t e, const float *qs, int64_t ldq, const float *kt, int64_t ldkt,
+                     int64_t ev, const float *dout, int64_t lddo, const float *vt, int64_t ldvt, const float *lse,
+                     const float *d, const int64_t *vis, float *p, int64_t ldp, float *ds, int64_t ldds) {
+  if (m <= 0 || n <= 0) return;
+  if (vis)
+    pds_blocks(1, m, n, e, qs, ldq, kt, ldkt, ev, dout, lddo, vt, ldvt, lse, d, vis, p, ldp, ds, ldds);
+  else
+    pds_blocks(0, m, n, e, qs, ldq, kt, ldkt, ev, dout, lddo, vt, ldvt, lse, d, vis, p, ldp, ds, ldds);
 }
 
 #endif
