@@ -60,14 +60,42 @@
  * two products whose B is K^T or V^T (S and dW) read a copy of the key
  * block's K^T and V^T [E, bk] packed once per key block (load_kv_t); dV, dK
  * and dQ read dO, Qs and K in place, P and dS transposed through the
- * broadcasts' strides. dS = P (dW - D) is the set's vector loop too (ds_rows).
- * Against the single-threaded OpenBLAS sgemm calls before (one thread, best
- * of many short runs each interleaved with the FMA loop, same window, AVX-512
- * on a Sapphire Rapids core): the backward alone of one [1024, 64] head went
- * from 7.3-7.4 ms (0.51-0.54 of fma_peak) to 4.9-5.3 ms (0.71-0.77); the
- * micro-kernel alone on a tile's shapes from L1 runs at 0.91-0.96 of it, so
- * what is left is mostly the tile's operands streaming from L2 (about
- * 270 KiB per tile) and the exponential (about 4%).
+ * broadcasts' strides.
+ * Fused pass (p_ds, src/core/kernel_bwd_tile.h, AVX2 and AVX-512): on a flash
+ * tile, or a diagonal tile's 32-row step, whose scores nothing modifies but
+ * the rows' visible ranges (no bias, mask, ALiBi, softcap, score_mod, block
+ * mask, mask_mod, dropout or weights' gradient), each micro-tile of 6 rows x
+ * 64 keys (AVX2: 16) runs S's sums in registers, takes P = exp(S - lse) there
+ * (the flash set's exponential, operation for operation; 0 outside a row's
+ * visible range, where the forward's score is -inf), stores P, then runs
+ * dW's sums in the same registers and stores dS = P (dW - D), P read back
+ * from L1: S and dW never go to memory and back, and the bits are those of
+ * the separate products and passes (the same sums, exponential and dS;
+ * spec/sdpa_backward_kernels_spec.lua compares the two, a zero bias taking
+ * the separate path). The two sums share no operand (S broadcasts Qs and
+ * streams K^T, dW broadcasts dO and streams V^T) and their accumulators do
+ * not fit the registers together (48 of 32 on AVX-512), so they run one
+ * after the other per micro-tile; the 64 keys' columns of K^T and V^T (2 x
+ * 16 KiB) stay in L1 across the tile's rows. Every other tile, and the scalar
+ * set, runs the separate products, the flash set's exp_minus and the set's
+ * dS loop (ds_rows). Loop order and tile sizes stay: key block outer (BK,
+ * K^T and V^T packed once), query blocks inner (BQ); other BQ or BK would
+ * change the bits (dK and dV sum each query block's terms, dQ each key
+ * block's, before adding them), and padding K^T's rows by a cache line
+ * measured no faster.
+ * One [1024, 64] head's backward alone, one thread, AVX-512 on a Sapphire
+ * Rapids core, best of 150-300 runs, alternating with the code before in the
+ * same window at load 3-8: 2% to 7% faster in each pair, the best 4.43 ms
+ * against 4.77 ms before (0.86 of the day's one-thread fma_peak, 177
+ * GFLOP/s, against 0.79); causal 2.57-2.62 ms against 2.66-2.69. Instructions (callgrind, the AVX2 set,
+ * valgrind having no AVX-512): 97.4 M against 100.8 M, causal 52.6 M against
+ * 54.3 M, 92% of them now in the five products' loops. Before the fused pass,
+ * against the single-threaded OpenBLAS sgemm calls before it, the same head
+ * went from 7.3-7.4 ms (0.51-0.54 of fma_peak) to 4.9-5.3 ms (0.71-0.77); the
+ * micro-kernel alone on a tile's shapes from L1 runs at 0.91-0.96 of it: what
+ * is left is each micro-tile's start and end (its k is only 64 in four of
+ * the five products), the 4-row and 2-row tail micro-tiles, and D, q's
+ * scaling, K^T and V^T per slice.
  *
  * Threads: a work item is one kv group (the g slices of the query heads that
  * share a kv head; one slice without GQA) in an OpenMP parallel for, each
@@ -90,7 +118,8 @@
  * 0.54 in the same runs, the causal backward 1.3% slower; 1 thread, CPU time,
  * three interleaved runs at load 5). On the micro-kernels: 0.53 to 0.56 (one
  * [1024, 64] head, 1 thread, best of 100 runs each, the two in the same
- * window at load 10). Above 0.5 remain the hidden corners of the 32-row
+ * window at load 10); with the fused pass (the diagonal's steps too) 0.53 to
+ * 0.55 (best of 300, causal and dense in the same window), 0.54 before. Above 0.5 remain the hidden corners of the 32-row
  * steps, the diagonal tiles' smaller products and what every slice costs
  * whatever its mask (D, q's scaling, zeroing the gradients, K^T and V^T).
  *
@@ -103,7 +132,9 @@
  * gradient error over every fixture of the two specs (both kernels) is 2.7e-6
  * (AVX-512; 3.2e-6 scalar) without variants, was 2.4e-6 (2.9e-6), and
  * 1.1e-5 (9.3e-6 scalar) with them, as before; spec/sdpa_backward_kernels_spec.lua
- * holds every set within 1e-5 of a float64 reference computed in Lua. Flash and math
+ * holds every set within 1e-5 of a float64 reference computed in Lua; the
+ * fused pass changed no bit of any gradient (every set, 1 and 2 threads, the
+ * same specs' cases and more compared with the code before). Flash and math
  * agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's recomputed P
  * differs from the forward's by the rounding of its own S and exp(S - lse) (a
  * few ulp); softcap's tanh (attn_sdpa_tanh, 4.1e-7 absolute) adds at most
