@@ -8,7 +8,8 @@
 -- child process (the choice is made once, at require time). The flash tiles
 -- that nothing modifies run S -> P and dW -> dS in one fused pass (p_ds):
 -- the same inputs with a bias of zeros (which takes the separate products,
--- exponential and dS passes) must give dq, dk, dv with the same bits.
+-- exponential and dS passes) must give dq, dk, dv with the same bits, the
+-- causal and window diagonals' per-row ranges included.
 local attn = require "attn"
 local C = dofile("spec/fixtures/tensor_check.lua")
 
@@ -37,6 +38,8 @@ local cases = {
    opts = {kernel = "flash", is_causal = true}},
   {name = "one_slice_zero_bias", seed = 5, zero_bias = true, b = 1, hq = 1, hkv = 1, lq = 300, lk = 260, e = 64,
    ev = 64, opts = {kernel = "flash"}},
+  {name = "gqa_window_zero_bias", seed = 4, zero_bias = true, b = 1, hq = 4, hkv = 2, lq = 90, lk = 130, e = 16,
+   ev = 24, opts = {kernel = "flash", enable_gqa = true, window = {40, 10}}},
 }
 for ci, c in ipairs(cases) do
   local seed = c.seed or ci
@@ -62,7 +65,7 @@ print(attn.cpu_info().kernel)
 print("END")
 ]]
 local CASES = {"tails", "causal", "math_bias", "gqa_window", "one_slice", "tails_zero_bias", "causal_zero_bias",
-  "one_slice_zero_bias"}
+  "one_slice_zero_bias", "gqa_window_zero_bias"}
 local NAMES = {}
 for _, c in ipairs(CASES) do
   for _, g in ipairs {"dq", "dk", "dv"} do NAMES[#NAMES + 1] = c .. "." .. g end
@@ -171,7 +174,7 @@ describe("the backward's micro-kernel sets", function()
     for _, choice in ipairs(info.available) do
       for _, th in ipairs {1, 2} do
         local dir = run_child(choice, th)
-        for _, case in ipairs {"tails", "causal", "one_slice"} do
+        for _, case in ipairs {"tails", "causal", "one_slice", "gqa_window"} do
           for _, g in ipairs {"dq", "dk", "dv"} do
             local fused, separate = case .. "." .. g, case .. "_zero_bias." .. g
             local a, b = read_bytes(dir .. "/" .. fused .. ".npy"), read_bytes(dir .. "/" .. separate .. ".npy")
