@@ -5,7 +5,11 @@
 -- every product (E 37, Ev 70, 300 keys: two key blocks and a tail), causal,
 -- the math kernel with a bias, GQA with a window and one slice that two
 -- threads split into key and query blocks. Each ATTN_CPU value runs in a
--- child process (the choice is made once, at require time).
+-- child process (the choice is made once, at require time). The flash tiles
+-- that nothing modifies run S -> P and dW -> dS in one fused pass (p_ds):
+-- the same inputs with a bias of zeros (which takes the separate products,
+-- exponential and dS passes) must give dq, dk, dv with the same bits, the
+-- causal and window diagonals' per-row ranges included.
 local attn = require "attn"
 local C = dofile("spec/fixtures/tensor_check.lua")
 
@@ -27,15 +31,26 @@ local cases = {
   {name = "gqa_window", b = 1, hq = 4, hkv = 2, lq = 90, lk = 130, e = 16, ev = 24,
    opts = {kernel = "flash", enable_gqa = true, window = {40, 10}}},
   {name = "one_slice", b = 1, hq = 1, hkv = 1, lq = 300, lk = 260, e = 64, ev = 64, opts = {kernel = "flash"}},
+  -- the inputs of tails, causal and one_slice (seed: their index) with a bias of zeros
+  {name = "tails_zero_bias", seed = 1, zero_bias = true, b = 2, hq = 2, hkv = 2, lq = 77, lk = 300, e = 37, ev = 70,
+   opts = {kernel = "flash"}},
+  {name = "causal_zero_bias", seed = 2, zero_bias = true, b = 1, hq = 2, hkv = 2, lq = 200, lk = 200, e = 64, ev = 64,
+   opts = {kernel = "flash", is_causal = true}},
+  {name = "one_slice_zero_bias", seed = 5, zero_bias = true, b = 1, hq = 1, hkv = 1, lq = 300, lk = 260, e = 64,
+   ev = 64, opts = {kernel = "flash"}},
+  {name = "gqa_window_zero_bias", seed = 4, zero_bias = true, b = 1, hq = 4, hkv = 2, lq = 90, lk = 130, e = 16,
+   ev = 24, opts = {kernel = "flash", enable_gqa = true, window = {40, 10}}},
 }
 for ci, c in ipairs(cases) do
-  local q = C.lcg_tensor(ci * 5 + 1, 1, c.b, c.hq, c.lq, c.e)
-  local k = C.lcg_tensor(ci * 5 + 2, 1, c.b, c.hkv, c.lk, c.e)
-  local v = C.lcg_tensor(ci * 5 + 3, 1, c.b, c.hkv, c.lk, c.ev)
-  local dout = C.lcg_tensor(ci * 5 + 4, 1, c.b, c.hq, c.lq, c.ev)
+  local seed = c.seed or ci
+  local q = C.lcg_tensor(seed * 5 + 1, 1, c.b, c.hq, c.lq, c.e)
+  local k = C.lcg_tensor(seed * 5 + 2, 1, c.b, c.hkv, c.lk, c.e)
+  local v = C.lcg_tensor(seed * 5 + 3, 1, c.b, c.hkv, c.lk, c.ev)
+  local dout = C.lcg_tensor(seed * 5 + 4, 1, c.b, c.hq, c.lq, c.ev)
   local o = {}
   for key, x in pairs(c.opts) do o[key] = x end
-  if c.bias then o.bias = C.lcg_tensor(ci * 5 + 5, 2, c.lq, c.lk) end
+  if c.bias then o.bias = C.lcg_tensor(seed * 5 + 5, 2, c.lq, c.lk) end
+  if c.zero_bias then o.bias = attn.zeros(c.lq, c.lk) end
   local out, saved = raw.sdpa_forward(q, k, v, o)
   local dq, dk, dv = raw.sdpa_backward(dout, q, k, v, out, saved, o)
   attn.save(dq, dir .. "/" .. c.name .. ".dq.npy")
@@ -49,7 +64,8 @@ end
 print(attn.cpu_info().kernel)
 print("END")
 ]]
-local CASES = {"tails", "causal", "math_bias", "gqa_window", "one_slice"}
+local CASES = {"tails", "causal", "math_bias", "gqa_window", "one_slice", "tails_zero_bias", "causal_zero_bias",
+  "one_slice_zero_bias", "gqa_window_zero_bias"}
 local NAMES = {}
 for _, c in ipairs(CASES) do
   for _, g in ipairs {"dq", "dk", "dv"} do NAMES[#NAMES + 1] = c .. "." .. g end
@@ -149,6 +165,28 @@ describe("the backward's micro-kernel sets", function()
       for _, g in ipairs {"dq", "dk", "dv"} do
         local got = attn.load(dir .. "/tails." .. g .. ".npy"):totable()[1][1]
         within(flat_rows(got), flat_rows(ref[g]), 1e-5, ("%s against the double reference, %s"):format(choice, g))
+      end
+    end
+  end)
+
+  it("every runnable set: the fused S -> P, dW -> dS pass gives the bits of the separate passes (a zero bias)",
+    function()
+    for _, choice in ipairs(info.available) do
+      for _, th in ipairs {1, 2} do
+        local dir = run_child(choice, th)
+        for _, case in ipairs {"tails", "causal", "one_slice", "gqa_window"} do
+          for _, g in ipairs {"dq", "dk", "dv"} do
+            local fused, separate = case .. "." .. g, case .. "_zero_bias." .. g
+            local a, b = read_bytes(dir .. "/" .. fused .. ".npy"), read_bytes(dir .. "/" .. separate .. ".npy")
+            if a ~= b then
+              local x, y = C.flat(attn.load(dir .. "/" .. fused .. ".npy")), C.flat(attn.load(dir .. "/" .. separate .. ".npy"))
+              local first
+              for i = 1, #x do if x[i] ~= y[i] then first = i; break end end
+              error(("ATTN_CPU=%s, %d threads: %s and %s differ, first at element %s: %.9g vs %.9g"):format(choice, th,
+                fused, separate, tostring(first), x[first or 1], y[first or 1]))
+            end
+          end
+        end
       end
     end
   end)

@@ -19,7 +19,20 @@
  * Contract of ds_rows: for r < rows, j < n
  *   dw[r * ld + j] = p[r * ldp + j] == 0 ? 0 : p[r * ldp + j] * (dw[r * ld + j] - d[r]),
  * the difference and the product each rounded once: the same bits in every
- * set. */
+ * set.
+ *
+ * Contract of p_ds (NULL in the scalar set: the driver runs gemm, the
+ * flash set's exp_minus and ds_rows instead), the plain flash tile's scores,
+ * probabilities and dS in one pass: for i < m, j < n
+ *   p[i * ldp + j] = lse[i] == -inf or j hidden ? 0 : exp(S - lse[i]),
+ *   j hidden: vis given and j outside [vis[2 i], vis[2 i + 1]) (row i's
+ *   visible keys as columns: where the forward's score is -inf),
+ *   S = sum over l < e of qs[i * ldq + l] * kt[l * ldkt + j],
+ *   ds[i * ldds + j] = P == 0 ? 0 : P * (dW - d[i]), P = p[i * ldp + j],
+ *   dW = sum over l < ev of dout[i * lddo + l] * vt[l * ldvt + j],
+ * each sum as gemm's (alpha 1), exp the flash set's exp_minus, dS as
+ * ds_rows: the bits of gemm, exp_minus and ds_rows called one after the
+ * other. p and ds must not overlap the operands. */
 #ifndef ATTN_KERNELS_BWD_H
 #define ATTN_KERNELS_BWD_H
 
@@ -32,6 +45,9 @@ typedef struct attn_bwd_kernels {
   void (*gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t sai, int64_t sal, const float *b, int64_t ldb,
                float alpha, float *c, int64_t ldc, int accumulate);
   void (*ds_rows)(const float *p, int64_t ldp, float *dw, int64_t ld, int64_t rows, int64_t n, const float *d);
+  void (*p_ds)(int64_t m, int64_t n, int64_t e, const float *qs, int64_t ldq, const float *kt, int64_t ldkt,
+               int64_t ev, const float *dout, int64_t lddo, const float *vt, int64_t ldvt, const float *lse,
+               const float *d, const int64_t *vis, float *p, int64_t ldp, float *ds, int64_t ldds);
 } attn_bwd_kernels;
 
 extern const attn_bwd_kernels attn_bwd_kernels_scalar;

@@ -45,7 +45,7 @@ static void ds_rows(const float *p, int64_t ldp, float *dw, int64_t ld, int64_t 
   }
 }
 
-const attn_bwd_kernels attn_bwd_kernels_scalar = {"scalar", gemm, ds_rows};
+const attn_bwd_kernels attn_bwd_kernels_scalar = {"scalar", gemm, ds_rows, NULL};
 
 const attn_bwd_kernels *attn_bwd_kernels_for(const attn_flash_kernels *kr) {
 #if defined(__x86_64__)

@@ -60,14 +60,42 @@
  * two products whose B is K^T or V^T (S and dW) read a copy of the key
  * block's K^T and V^T [E, bk] packed once per key block (load_kv_t); dV, dK
  * and dQ read dO, Qs and K in place, P and dS transposed through the
- * broadcasts' strides. dS = P (dW - D) is the set's vector loop too (ds_rows).
- * Against the single-threaded OpenBLAS sgemm calls before (one thread, best
- * of many short runs each interleaved with the FMA loop, same window, AVX-512
- * on a Sapphire Rapids core): the backward alone of one [1024, 64] head went
- * from 7.3-7.4 ms (0.51-0.54 of fma_peak) to 4.9-5.3 ms (0.71-0.77); the
- * micro-kernel alone on a tile's shapes from L1 runs at 0.91-0.96 of it, so
- * what is left is mostly the tile's operands streaming from L2 (about
- * 270 KiB per tile) and the exponential (about 4%).
+ * broadcasts' strides.
+ * Fused pass (p_ds, src/core/kernel_bwd_tile.h, AVX2 and AVX-512): on a flash
+ * tile, or a diagonal tile's 32-row step, whose scores nothing modifies but
+ * the rows' visible ranges (no bias, mask, ALiBi, softcap, score_mod, block
+ * mask, mask_mod, dropout or weights' gradient), each micro-tile of 6 rows x
+ * 64 keys (AVX2: 16) runs S's sums in registers, takes P = exp(S - lse) there
+ * (the flash set's exponential, operation for operation; 0 outside a row's
+ * visible range, where the forward's score is -inf), stores P, then runs
+ * dW's sums in the same registers and stores dS = P (dW - D), P read back
+ * from L1: S and dW never go to memory and back, and the bits are those of
+ * the separate products and passes (the same sums, exponential and dS;
+ * spec/sdpa_backward_kernels_spec.lua compares the two, a zero bias taking
+ * the separate path). The two sums share no operand (S broadcasts Qs and
+ * streams K^T, dW broadcasts dO and streams V^T) and their accumulators do
+ * not fit the registers together (48 of 32 on AVX-512), so they run one
+ * after the other per micro-tile; the 64 keys' columns of K^T and V^T (2 x
+ * 16 KiB) stay in L1 across the tile's rows. Every other tile, and the scalar
+ * set, runs the separate products, the flash set's exp_minus and the set's
+ * dS loop (ds_rows). Loop order and tile sizes stay: key block outer (BK,
+ * K^T and V^T packed once), query blocks inner (BQ); other BQ or BK would
+ * change the bits (dK and dV sum each query block's terms, dQ each key
+ * block's, before adding them), and padding K^T's rows by a cache line
+ * measured no faster.
+ * One [1024, 64] head's backward alone, one thread, AVX-512 on a Sapphire
+ * Rapids core, best of 150-300 runs, alternating with the code before in the
+ * same window at load 3-8: 2% to 7% faster in each pair, the best 4.43 ms
+ * against 4.77 ms before (0.86 of the day's one-thread fma_peak, 177
+ * GFLOP/s, against 0.79); causal 2.57-2.62 ms against 2.66-2.69. Instructions (callgrind, the AVX2 set,
+ * valgrind having no AVX-512): 97.4 M against 100.8 M, causal 52.6 M against
+ * 54.3 M, 92% of them now in the five products' loops. Before the fused pass,
+ * against the single-threaded OpenBLAS sgemm calls before it, the same head
+ * went from 7.3-7.4 ms (0.51-0.54 of fma_peak) to 4.9-5.3 ms (0.71-0.77); the
+ * micro-kernel alone on a tile's shapes from L1 runs at 0.91-0.96 of it: what
+ * is left is each micro-tile's start and end (its k is only 64 in four of
+ * the five products), the 4-row and 2-row tail micro-tiles, and D, q's
+ * scaling, K^T and V^T per slice.
  *
  * Threads: a work item is one kv group (the g slices of the query heads that
  * share a kv head; one slice without GQA) in an OpenMP parallel for, each
@@ -90,7 +118,8 @@
  * 0.54 in the same runs, the causal backward 1.3% slower; 1 thread, CPU time,
  * three interleaved runs at load 5). On the micro-kernels: 0.53 to 0.56 (one
  * [1024, 64] head, 1 thread, best of 100 runs each, the two in the same
- * window at load 10). Above 0.5 remain the hidden corners of the 32-row
+ * window at load 10); with the fused pass (the diagonal's steps too) 0.53 to
+ * 0.55 (best of 300, causal and dense in the same window), 0.54 before. Above 0.5 remain the hidden corners of the 32-row
  * steps, the diagonal tiles' smaller products and what every slice costs
  * whatever its mask (D, q's scaling, zeroing the gradients, K^T and V^T).
  *
@@ -103,7 +132,9 @@
  * gradient error over every fixture of the two specs (both kernels) is 2.7e-6
  * (AVX-512; 3.2e-6 scalar) without variants, was 2.4e-6 (2.9e-6), and
  * 1.1e-5 (9.3e-6 scalar) with them, as before; spec/sdpa_backward_kernels_spec.lua
- * holds every set within 1e-5 of a float64 reference computed in Lua. Flash and math
+ * holds every set within 1e-5 of a float64 reference computed in Lua; the
+ * fused pass changed no bit of any gradient (every set, 1 and 2 threads, the
+ * same specs' cases and more compared with the code before). Flash and math
  * agree within 1e-4 relative + 2e-5 at 1030. The flash kernel's recomputed P
  * differs from the forward's by the rounding of its own S and exp(S - lse) (a
  * few ulp); softcap's tanh (attn_sdpa_tanh, 4.1e-7 absolute) adds at most
@@ -236,6 +267,9 @@ typedef struct bwd_slice {
   float *capped;               /* softcap or score_mod: the tile's scores as score_mod gets them (the capped
                                   c tanh(S0 / c), or S0) [BQ, bk]; else NULL */
   float *gbuf;                 /* NULL, or this slice's buffer of the score_mod tables' gradients */
+  int fusable;                 /* flash with nothing between S and P but the visible range (no bias, mask,
+                                  ALiBi, softcap, score_mod, block mask, mask_mod) and nothing between dW and
+                                  dS (no dropout, no weights' gradient), in a set with p_ds */
 } bwd_slice;
 
 /* Prepare slice bi for query rows [r0, r1) and keys [c0, c1) with scratch w. */
@@ -306,6 +340,8 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   t->s = w + c->off_s, t->dw = w + c->off_dw, t->wd = w + c->off_w, t->f = w + c->off_f;
   t->capped = p->softcap > 0.0f || p->score_mod ? w + c->off_cap : NULL;
   t->gbuf = c->gbuf ? c->gbuf + bi * c->gsize : NULL;
+  t->fusable = c->bk_kr->p_ds && t->lse && !t->capped && !t->dwt && p->dropout_p == 0.0 && !t->sl.bias &&
+               !t->sl.mask && !p->has_alibi && !t->sl.blocks.kind && !p->mask_mod;
 }
 
 /* The scaled q of query rows [r0, r0 + n) of slice t into its qs. */
@@ -352,11 +388,34 @@ enum { TILE_DQ = 1, TILE_DKV = 2 }; /* what a tile adds to: dQ, and/or dK, dV an
  * dS = P * (dW * F - D) in dw (and through the cap), dbias; dQ_i += scale dS
  * K_j when asked. *wt, *ldw: where W is (the saved probs, s or wd). */
 static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t rows, int64_t kb, int64_t kn,
-                      int64_t ld, size_t tile_off, int what, const float **wt_out, int64_t *ldw_out) {
+                      int64_t ld, size_t tile_off, int what, int seen_whole, const float **wt_out,
+                      int64_t *ldw_out) {
   const attn_sdpa_problem *p = &c->p;
   int64_t lq = p->lq, lk = p->lk, e = p->e, ev = p->ev;
   int64_t ldk = t->ldk, ldv = t->ldv, lddo = t->lddo;
   float *s = t->s + tile_off, *dw = t->dw + tile_off;
+  /* nothing modifies the scores but the rows' visible ranges: S -> P and
+   * dW -> dS in one pass of the set's fused entry, P = 0 where a row does not
+   * see a key (a step of a tile its rows see in part: each row's range), the
+   * bits of the separate products and passes below (both products on the
+   * micro-kernels: neither is small) */
+  if (t->fusable && (seen_whole || rows <= STEP_ROWS) && rows * kn * e > ATTN_SMALL_GEMM_MACS &&
+      rows * kn * ev > ATTN_SMALL_GEMM_MACS) {
+    int64_t vis[2 * STEP_ROWS];
+    if (!seen_whole)
+      for (int64_t r = 0; r < rows; r++) {
+        attn_key_range kr = attn_sdpa_row_keys(p, i0 + r);
+        vis[2 * r] = kr.begin - kb, vis[2 * r + 1] = kr.end - kb;
+      }
+    c->bk_kr->p_ds(rows, kn, e, t->qs + (i0 - t->q0) * e, e, t->kt + kb - t->kt0, t->ldkt, ev, t->dop + i0 * lddo,
+                   lddo, t->vt + kb - t->kt0, t->ldkt, t->lse + i0, t->dd + i0, seen_whole ? NULL : vis, s, ld, dw,
+                   ld);
+    *wt_out = s;
+    *ldw_out = ld;
+    if ((what & TILE_DQ) && e > 0)
+      gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * e, e);
+    return;
+  }
   /* softcap: the capped scores s' = c tanh(S0 / c), S0 = Qs_i K^T, recomputed
    * (math too: its saved P cannot give them back where it underflowed) */
   float *capped = t->capped ? t->capped + tile_off : NULL;
@@ -460,7 +519,7 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
   const float *wt;
   int64_t ldw;
   if (kb >= all.begin && ke <= all.end) {
-    tile_step(c, t, i0, rows, kb, kn, kn, 0, what, &wt, &ldw);
+    tile_step(c, t, i0, rows, kb, kn, kn, 0, what, 1, &wt, &ldw);
   } else {
     float *wd = p->dropout_p > 0.0 ? t->wd : t->probs ? NULL : t->s; /* W, unless the saved probs */
     for (int64_t r = 0; r < rows; r++) {
@@ -476,7 +535,8 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
       const float *unused_w;
       int64_t unused_ld;
       if (ge > gb)
-        tile_step(c, t, i0 + g, n, gb, ge - gb, kn, (size_t)(g * kn + gb - kb), what, &unused_w, &unused_ld);
+        tile_step(c, t, i0 + g, n, gb, ge - gb, kn, (size_t)(g * kn + gb - kb), what, 0, &unused_w,
+                  &unused_ld);
     }
   }
   /* dV_j += W^T dO_i [kn, Ev]; dK_j += dS^T Qs_i [kn, E] */
