@@ -119,29 +119,7 @@ static void gemm_t_rescale(const float *a, int64_t lda, int64_t kn, int64_t rows
   gemm_any(a, lda, kn, rows_p, b, bsk, bsc, n, c, ldc, RESCALE_ADD, rs);
 }
 
-/* e^x for x <= 0, -inf or NaN: src/core/kernels_avx2.c's exp8, 16 lanes. */
-static inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);      /* ln(2^-126) */
-  const __m512 shifter = _mm512_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 c1 = _mm512_set1_ps(0.693359375f);
-  const __m512 c2 = _mm512_set1_ps(-2.12194440e-4f);
-  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ); /* false for NaN; -inf too -> 0 */
-  __m512 t = _mm512_fmadd_ps(x, log2e, shifter);
-  __m512 n = _mm512_sub_ps(t, shifter);
-  __m512 r = _mm512_fnmadd_ps(n, c1, x);
-  r = _mm512_fnmadd_ps(n, c2, r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 r2 = _mm512_mul_ps(r, r);
-  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
-  return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
-}
+#include "exp_avx512.h"
 
 /* One online-softmax step of nv (1 to 4) vectors of 16 rows side by side
  * (src/core/cpu.h): nv independent chains for the max and the sum, where one

@@ -31,31 +31,9 @@ static inline __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 static inline __m256 vmul_nz(__m256 p, __m256 x) {
   return _mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ), _mm256_mul_ps(p, x));
 }
-/* e^x for x <= 0, -inf or NaN: the flash set's exp8 (src/core/kernels_avx2.c),
- * operation for operation, so the backward's fused P has the bits of its
- * exp_minus. */
-static inline __m256 vexp(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f);      /* ln(2^-126) */
-  const __m256 shifter = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 c1 = _mm256_set1_ps(0.693359375f);
-  const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f);
-  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 t = _mm256_fmadd_ps(x, log2e, shifter);
-  __m256 n = _mm256_sub_ps(t, shifter);
-  __m256 r = _mm256_fnmadd_ps(n, c1, x);
-  r = _mm256_fnmadd_ps(n, c2, r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 r2 = _mm256_mul_ps(r, r);
-  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, e));
-}
+#include "exp_avx2.h"
+/* e^x for x <= 0, -inf or NaN: the flash forward's exp8, so the backward's fused P has the bits of its exp_minus */
+static inline __m256 vexp(__m256 x) { return exp8(x); }
 /* x in the lanes [lo, hi), +0 in the others (src/core/kernel_bwd_tile.h) */
 static inline __m256 vkeep(__m256 x, int lo, int hi) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

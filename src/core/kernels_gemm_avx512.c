@@ -33,31 +33,9 @@ static inline __m512 vsub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
 static inline __m512 vmul_nz(__m512 p, __m512 x) {
   return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ), p, x);
 }
-/* e^x for x <= 0, -inf or NaN: the flash set's exp16 (src/core/kernels_avx512.c),
- * operation for operation, so the backward's fused P has the bits of its
- * exp_minus. */
-static inline __m512 vexp(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);      /* ln(2^-126) */
-  const __m512 shifter = _mm512_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 c1 = _mm512_set1_ps(0.693359375f);
-  const __m512 c2 = _mm512_set1_ps(-2.12194440e-4f);
-  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 t = _mm512_fmadd_ps(x, log2e, shifter);
-  __m512 n = _mm512_sub_ps(t, shifter);
-  __m512 r = _mm512_fnmadd_ps(n, c1, x);
-  r = _mm512_fnmadd_ps(n, c2, r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 r2 = _mm512_mul_ps(r, r);
-  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
-  return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
-}
+#include "exp_avx512.h"
+/* e^x for x <= 0, -inf or NaN: the flash forward's exp16, so the backward's fused P has the bits of its exp_minus */
+static inline __m512 vexp(__m512 x) { return exp16(x); }
 /* x in the lanes [lo, hi), +0 in the others (src/core/kernel_bwd_tile.h) */
 static inline __m512 vkeep(__m512 x, int lo, int hi) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
