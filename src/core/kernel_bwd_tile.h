@@ -19,6 +19,33 @@
 
 #include <math.h>
 
+/* acc[r][v] += sum over l < k of a[r][l] b[l][v-th vector], in increasing l,
+ * one vfma per product: the register sums of both products of the tile.
+ * mr rows x nv vectors, the last one nlast lanes when tail. */
+static inline __attribute__((always_inline)) void pds_sums(VEC acc[MR][NV], const int mr, const int nv,
+                                                           const int tail, int64_t nlast, int64_t k, const float *a,
+                                                           int64_t lda, const float *b, int64_t ldb) {
+  for (int64_t l = 0; l < k; l++) {
+    const float *bl = b + l * ldb;
+    VEC bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) {
+      if (v >= nv) break;
+      bv[v] = tail && v == nv - 1 ? vload_n(bl + v * VW, nlast) : vload(bl + v * VW);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      if (r >= mr) break;
+      VEC ar = vset1(a[r * lda + l]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) {
+        if (v >= nv) break;
+        acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+      }
+    }
+  }
+}
+
 /* mr rows x nv vectors (the last one nlast lanes when tail); constant
  * masked (vis given), mr, nv and tail after inlining. */
 static inline __attribute__((always_inline)) void pds_tile(const int masked, const int mr, const int nv, const int tail,
@@ -33,25 +60,7 @@ static inline __attribute__((always_inline)) void pds_tile(const int masked, con
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; v++) acc[r][v] = vzero();
-  for (int64_t l = 0; l < e; l++) { /* S = Qs K^T */
-    const float *bl = kt + l * ldkt;
-    VEC bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) {
-      if (v >= nv) break;
-      bv[v] = tail && v == nv - 1 ? vload_n(bl + v * VW, nlast) : vload(bl + v * VW);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-      if (r >= mr) break;
-      VEC ar = vset1(qs[r * ldq + l]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; v++) {
-        if (v >= nv) break;
-        acc[r][v] = vfma(ar, bv[v], acc[r][v]);
-      }
-    }
-  }
+  pds_sums(acc, mr, nv, tail, nlast, e, qs, ldq, kt, ldkt); /* S = Qs K^T */
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) { /* P = exp(S - lse); 0 in a row that sees no key (lse -inf) */
     if (r >= mr) break;
@@ -75,25 +84,7 @@ static inline __attribute__((always_inline)) void pds_tile(const int masked, con
       acc[r][v] = vzero();
     }
   }
-  for (int64_t l = 0; l < ev; l++) { /* dW = dO V^T */
-    const float *bl = vt + l * ldvt;
-    VEC bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) {
-      if (v >= nv) break;
-      bv[v] = tail && v == nv - 1 ? vload_n(bl + v * VW, nlast) : vload(bl + v * VW);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-      if (r >= mr) break;
-      VEC ar = vset1(dout[r * lddo + l]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; v++) {
-        if (v >= nv) break;
-        acc[r][v] = vfma(ar, bv[v], acc[r][v]);
-      }
-    }
-  }
+  pds_sums(acc, mr, nv, tail, nlast, ev, dout, lddo, vt, ldvt); /* dW = dO V^T */
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) { /* dS = P (dW - D), 0 where P is */
     if (r >= mr) break;
