@@ -58,18 +58,8 @@ end
 collectgarbage = timed("collectgarbage", collectgarbage)
 
 local attn = require "attn"
-local cfg = { vocab_size = 256, context_length = 128, emb_dim = 128, n_heads = 4, n_layers = 4, drop_rate = 0,
-              qkv_bias = false }
-local b, n = 16, cfg.context_length
-attn.manual_seed(123)
-local model = attn.nn.GPTModel(cfg)
-local opt = attn.optim.AdamW(model:parameters(), { lr = 1e-4, weight_decay = 0.1 })
-local function ids()
-  local t = attn.rand(b, n):totable()
-  for _, row in ipairs(t) do for j, u in ipairs(row) do row[j] = math.floor(u * 256) + 1 end end
-  return attn.tensor(t)
-end
-local x, y = ids(), ids():reshape(b * n)
+local g = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib/bench_train_gpt.lua")()
+local cfg, b, n, model, opt, x, y = g.cfg, g.b, g.n, g.model, g.opt, g.x, g.y
 
 local PHASES = { "forward", "loss", "zero_grad", "backward", "step" }
 local best
