@@ -130,4 +130,36 @@ describe("flash kernel equals math kernel", function()
     assert.is_true(#one > 100000)
     assert.equal(one, two)
   end)
+
+  -- a work item takes up to 4 query blocks of 64 rows, fewer where that would
+  -- leave under 8 items per thread: one slice of 1024 rows runs 2 blocks per
+  -- item on 1 thread and 1 on 2 threads; one of 2048 rows, 4 and 2
+  it("same bits however many query blocks a work item holds", function()
+    local script = [[
+      local attn = require "attn"
+      attn.manual_seed(4)
+      local parts = {}
+      for _, n in ipairs { 1024, 2048 } do
+        local q, k, v = attn.randn(1, 1, n, 64), attn.randn(1, 1, n, 64), attn.randn(1, 1, n, 32)
+        for _, o in ipairs { {kernel = "flash"}, {kernel = "flash", is_causal = true},
+                             {kernel = "flash", window = {100, 0}}, {kernel = "flash", window = {200, 50}} } do
+          for _, x in ipairs(attn.scaled_dot_product_attention(q, k, v, o):view(-1):totable()) do
+            parts[#parts + 1] = string.format("%08x", string.unpack("<I4", string.pack("<f", x)))
+          end
+        end
+      end
+      io.write(table.concat(parts), "\nEND\n")
+    ]]
+    local one, two = C.run_with_threads(1, script), C.run_with_threads(2, script)
+    assert.is_true(#one > 1000000)
+    assert.equal(one, two)
+    -- and each block of 64 rows alone (an item of one block) gives its rows' bits
+    attn.manual_seed(5)
+    local q, k, v = attn.randn(2, 3, 512, 64), attn.randn(2, 3, 700, 64), attn.randn(2, 3, 700, 48)
+    local whole = attn.scaled_dot_product_attention(q, k, v, {kernel = "flash"})
+    for r0 = 0, 511, 64 do
+      local part = attn.scaled_dot_product_attention(q:narrow(3, r0 + 1, 64), k, v, {kernel = "flash"})
+      assert.is_true(attn.equal(part, whole:narrow(3, r0 + 1, 64)), "rows from " .. r0)
+    end
+  end)
 end)

@@ -384,7 +384,7 @@ static attn_status tiles(const attn_sdpa_problem *p, attn_tensor *out, attn_tens
   c.nqblk = (c.p.lq + BQ - 1) / BQ;
   /* GROUP query blocks per item where that leaves at least 8 items per
    * thread (fewer: halved until it does, or 1) */
-  int64_t slices = attn_sizes_product(c.p.nbatch, c.p.batch), spread = 8 * (int64_t)omp_get_max_threads();
+  int64_t slices = attn_sizes_product(c.p.nbatch, c.p.batch), spread = 8 * (int64_t)attn_threads_for(INT64_MAX);
   c.group = GROUP;
   while (c.group > 1 && slices * ((c.nqblk + c.group - 1) / c.group) < spread) c.group /= 2;
   c.ngroups = (c.nqblk + c.group - 1) / c.group;
