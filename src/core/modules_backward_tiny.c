@@ -135,9 +135,9 @@ static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, in
  * notebooks' widths unrolled, and each sum in the same order as above, so
  * the same bits. */
 
-/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p [h, n, n]; hidden [h, n]; qs [hd] */
+/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p [h, n, n]; hidden [h, n]; qs [hd] (causal_item's layout) */
 static int64_t causal_scratch_floats(int64_t n, int64_t d_out, int64_t h) {
-  return 6 * n * d_out + h * n * n + h * n + d_out;
+  return 8 * n * d_out + h * n * n + h * n + d_out;
 }
 
 /* linear_rows, inlined with nin a constant where the caller names one */
