@@ -214,7 +214,8 @@ describe("fused module backward without x's gradient (want_dx = false)", functio
     assert.is_nil(kept[1])
     for i = 2, 9 do
       assert.is_true(attn.equal(with[i], without[i]), "recomputing " .. PARAMS[i - 1])
-      assert.is_true((with[i] - kept[i]):abs():max():item() <= 1e-5, "kept " .. PARAMS[i - 1])
+      -- the recomputed state is the forward's bits, so the gradients are too
+      assert.is_true(attn.equal(with[i], kept[i]), "kept " .. PARAMS[i - 1])
     end
   end)
 end)
