@@ -1,7 +1,8 @@
 -- The fused module backward (attn.core.modules.attention_backward,
 -- src/core/modules_backward.c, src/core/modules_backward_tiny.c) recomputes
 -- the forward's state (projections, probabilities, the attention's output)
--- when the forward kept none: a tiny call, or a caller that passes no state.
+-- when the forward kept none: a call whose backward is tiny, or a caller that
+-- passes no state.
 -- The recomputed state must be the bits the forward computed, whichever path
 -- the forward took (its direct loops, or BLAS and the math or flash kernel),
 -- so that the gradients are the same bits whether the state was kept or
@@ -70,6 +71,15 @@ local function forward_backward(r, p, dout, keep)
 end
 
 local GRADS = { "dx", "dwq", "dbq", "dwk", "dbk", "dwv", "dbv", "dwo", "dbo" }
+
+-- Whether the backward of shape s runs its tiny direct loops (16 KiB of
+-- stack scratch, at most 32768 multiply-adds of the forward): then the
+-- forward keeps no state; every other call keeps it, tiny forwards included.
+local function backward_is_tiny(s)
+  local nb, n, d_in, d = s[1], s[2], s[3], s[4]
+  local macs = nb * n * (3 * d_in * d + 2 * n * d + (s[6] and d * d or 0))
+  return 8 * n * d + 2 * n * n + 2 * (n + d) <= 4096 and macs <= 32768
+end
 
 -- ---------------------------------------------------------------- float64 reference
 
@@ -234,6 +244,7 @@ describe("fused module backward: kept and recomputed state give the same gradien
           for _, p in ipairs { 0.0, 0.25 } do
             local fk, gk = forward_backward(r, p, dout, true)
             local fr, gr = forward_backward(r, p, dout, false)
+            assert.equal(not backward_is_tiny(s), fk[3] ~= nil, "the forward kept its state")
             assert.is_true(attn.equal(fk[1], fr[1]), "out")
             assert.equal(9, gk.n)
             for i = 1, 9 do
@@ -266,8 +277,8 @@ describe("fused module backward: kept and recomputed state give the same gradien
 end)
 
 describe("fused module backward through the modules' own recorded calls", function()
-  -- m(x) records the fused forward, which keeps its state past the tiny
-  -- bound; its backward's gradients are the bits of attention_backward
+  -- m(x) records the fused forward, which keeps its state unless its backward
+  -- is tiny; its backward's gradients are the bits of attention_backward
   -- recomputing from nothing
   for _, c in ipairs {
     { "MultiHeadAttention [2, 24, 16], 4 heads", function() return attn.nn.MultiHeadAttention(16, 16, 24, 0.0, 4) end,
@@ -276,6 +287,8 @@ describe("fused module backward through the modules' own recorded calls", functi
       return attn.nn.CausalAttention(16, 16, 24, 0.0, { qkv_bias = true }) end, { 2, 24, 16 } },
     { "MultiHeadAttention [2, 6, 3] (tiny)", function() return attn.nn.MultiHeadAttention(3, 2, 6, 0.0, 2) end,
       { 2, 6, 3 } },
+    { "MultiHeadAttention [1, 32, 4] (a tiny forward, its backward not tiny)", function()
+      return attn.nn.MultiHeadAttention(4, 8, 32, 0.0, 2, { qkv_bias = true }) end, { 1, 32, 4 } },
   } do
     it(c[1], function()
       attn.manual_seed(43)

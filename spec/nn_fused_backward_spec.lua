@@ -166,7 +166,7 @@ describe("the training forward keeps what the backward needs", function()
     end)
   end
 
-  it("a tiny call keeps nothing (its backward recomputes)", function()
+  it("a call whose backward is tiny keeps nothing (its backward recomputes)", function()
     local x, w = attn.randn(2, 6, 3), attn.randn(2, 3)
     local r = table.pack(modules.attention_forward(x, 3, 6, 3, 1, 0.5, 0.0, w, nil, w, nil, w, nil, nil, nil, nil,
       true, true))

@@ -30,6 +30,7 @@
 #include "cpu.h"
 #include "sdpa_dispatch.h"
 #include "modules.h"
+#include "modules_backward.h"
 #include "modules_tiny.h"
 #include "ops.h"
 #include "rng.h"
@@ -299,13 +300,14 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
  * for the math kernel each row's softmax before dropout [B, h, n, n] (0 for
  * the keys it does not see), for flash (from 32 keys) each row's log-sum-exp
  * [B, h, n] of these scores; the attention's output into st->o [B, h, n, hd]
- * and, with out_proj, st->c [rows, D]. Every sum as forward_tiny's (and so
+ * and, heads side by side, into rows [rows, D] unless NULL (st->c, or the
+ * output itself without out_proj). Every sum as forward_tiny's (and so
  * forward_tiny_causal's): the forward's bits. The softmax runs without
  * dropout, then the factors multiply it: attn_softmax_dropout_row's own two
  * steps, the same weights. */
 ATTN_FMA_CLONES static void state_tiny(const attn_self_attention *m, const attn_tensor *x,
-                                       const attn_self_attention_saved *st, int64_t nb, int64_t n, int64_t d_in,
-                                       int64_t d_out) {
+                                       const attn_self_attention_saved *st, float *rows, int64_t nb, int64_t n,
+                                       int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out, act = nb * n * d_out;
   float *qkv = buf, *s = qkv + n * w3, *f = s + n, *qs = f + n;
@@ -361,10 +363,22 @@ ATTN_FMA_CLONES static void state_tiny(const attn_self_attention *m, const attn_
       }
     }
   }
-  if (st->c) /* [B, h, n, hd] -> [rows, D] */
+  if (rows) /* [B, h, n, hd] -> [rows, D] */
     for (int64_t r = 0; r < nb * n; r++)
       for (int64_t hh = 0; hh < h; hh++)
-        memcpy(st->c + r * d_out + hh * hd, st->o + (((r / n) * h + hh) * n + r % n) * hd, (size_t)hd * sizeof(float));
+        memcpy(rows + r * d_out + hh * hd, st->o + (((r / n) * h + hh) * n + r % n) * hd, (size_t)hd * sizeof(float));
+}
+
+/* The training forward of a tiny call (attn_self_attention_keeps: one whose
+ * backward is not tiny): state_tiny, then out_proj's rows as forward_tiny's
+ * (linear_row_chains); without out_proj the context is the output. */
+ATTN_FMA_CLONES static void forward_tiny_saving(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                                const attn_self_attention_saved *st, int64_t nb, int64_t n,
+                                                int64_t d_in, int64_t d_out) {
+  state_tiny(m, x, st, m->wo ? st->c : out->data, nb, n, d_in, d_out);
+  if (m->wo)
+    for (int64_t r = 0; r < nb * n; r++)
+      linear_row_chains(st->c + r * d_out, d_out, m->wo, m->bo, out->data + r * d_out, d_out);
 }
 
 /* ------------------------------------------------------------ BLAS path */
@@ -524,7 +538,11 @@ static int state_kernel(const attn_self_attention *m, int64_t nb, int64_t n) {
 int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
                               int64_t *saved_floats) {
   int64_t d_out = m->wq->size[0], h = m->heads;
-  if (nb == 0 || n == 0 || d_out == 0 || tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) return 0;
+  if (nb == 0 || n == 0 || d_out == 0) return 0;
+  /* a call whose backward is tiny recomputes the state in its direct loops:
+   * cheaper than keeping it (a malloc'ed tensor per buffer) */
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL) && attn_self_attention_backward_tiny_fits(m, nb, n, d_in))
+    return 0;
   *kernel = state_kernel(m, nb, n);
   *saved_floats = nb * h * n * (*kernel == ATTN_SDPA_MATH ? n : 1);
   return 1;
@@ -542,7 +560,7 @@ attn_status attn_self_attention_state(const attn_self_attention *m, const attn_t
     return attn_fail(ATTN_EARG, "the state buffers do not fit the call (see attn_self_attention_state_kernel)");
   /* the forward's own choice of path, so its bits */
   if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
-    state_tiny(m, x, s, nb, n, d_in, d_out);
+    state_tiny(m, x, s, s->c, nb, n, d_in, d_out);
     return ATTN_OK;
   }
   return forward_blas(m, x, NULL, nb, n, d_in, d_out, s);
@@ -557,18 +575,19 @@ static attn_status forward(const attn_self_attention *m, const attn_tensor *x, a
   if (nb * n > INT_MAX || 3 * d_out > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
-  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
-    if (s) return attn_fail(ATTN_EARG, "a tiny call keeps no state (see attn_self_attention_keeps)");
-    if (!m->mask && m->dropout_p == 0.0) forward_tiny_causal(m, x, out, nb, n, d_in, d_out);
-    else forward_tiny(m, x, out, nb, n, d_in, d_out);
-    return ATTN_OK;
-  }
   if (s) {
     int kernel;
     int64_t saved_floats;
-    attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats);
+    if (!attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats))
+      return attn_fail(ATTN_EARG, "a call whose backward is tiny keeps no state (see attn_self_attention_keeps)");
     if (kernel != s->kernel || !s->qkv || !s->o || !s->saved || (m->wo && !s->c))
       return attn_fail(ATTN_EARG, "the state buffers do not fit the call (see attn_self_attention_keeps)");
+  }
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    if (s) forward_tiny_saving(m, x, out, s, nb, n, d_in, d_out);
+    else if (!m->mask && m->dropout_p == 0.0) forward_tiny_causal(m, x, out, nb, n, d_in, d_out);
+    else forward_tiny(m, x, out, nb, n, d_in, d_out);
+    return ATTN_OK;
   }
   return forward_blas(m, x, out, nb, n, d_in, d_out, s);
 }

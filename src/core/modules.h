@@ -59,9 +59,10 @@ typedef struct attn_self_attention_saved {
   int kernel;   /* attn_sdpa_kernel: the one kernel = "auto" takes for these sizes */
 } attn_self_attention_saved;
 
-/* Whether the forward of x [B, n, d_in] can keep its state (0 for the tiny
- * direct-loop path, whose backward recomputes it); if so *kernel is the one
- * the attention runs and *saved_floats the size of its `saved` buffer. */
+/* Whether the forward of x [B, n, d_in] can keep its state (0 for a call
+ * whose backward is tiny too, attn_self_attention_backward_tiny_fits: it
+ * recomputes the state in its direct loops); if so *kernel is the one the
+ * attention runs and *saved_floats the size of its `saved` buffer. */
 int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
                               int64_t *saved_floats);
 
