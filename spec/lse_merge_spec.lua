@@ -28,7 +28,38 @@ local function reference(out, lse, o, l, e)
   return ro, rl
 end
 
-local function sizes_of(t) return t:size() end
+-- Merges (o, l) into (out, lse) and checks both against the reference
+-- computed from the inputs first (rows of o's last size).
+local function merge_matches_reference(out, lse, o, l)
+  local eo, el = reference(C.flat(out), C.flat(lse), C.flat(o), C.flat(l), o:size(-1))
+  attn._lse_merge(out, lse, o, l)
+  C.close(out, { shape = o:size(), data = eo }, 1e-6, 1e-6, "out")
+  C.close(lse, { shape = l:size(), data = el }, 1e-6, 1e-6, "lse")
+end
+
+-- What scripts/attn-lua prints with OMP_NUM_THREADS 1 and 2 (runs[1], runs[2])
+-- for a script of `setup` (attn loaded; it leaves out and lse) that then
+-- prints every element of out and lse as a hex float.
+local function out_lse_bits_by_threads(setup)
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write('local attn = require "attn"\n', setup, [[
+local parts = {}
+for _, t in ipairs{ out, lse } do
+  for _, x in ipairs(t:view(-1):totable()) do parts[#parts + 1] = ("%a"):format(x) end
+end
+io.write(table.concat(parts, " "))
+]])
+  f:close()
+  local runs = {}
+  for _, threads in ipairs{ 1, 2 } do
+    local p = assert(io.popen(("OMP_NUM_THREADS=%d scripts/attn-lua %s 2>&1"):format(threads, script)))
+    runs[threads] = p:read("a")
+    p:close()
+  end
+  os.remove(script)
+  return runs
+end
 
 -- out, lse, o, l of shape [..., n, E] with some rows -inf on one side or both
 local function draw(seed, ...)
@@ -46,11 +77,7 @@ end
 
 describe("attn._lse_merge", function()
   it("equals the log-sum-exp merge computed independently, with rows where one side or both saw no key", function()
-    local out, lse, o, l = draw(1, 2, 3, 7, 5)
-    local eo, el = reference(C.flat(out), C.flat(lse), C.flat(o), C.flat(l), 5)
-    attn._lse_merge(out, lse, o, l)
-    C.close(out, { shape = sizes_of(o), data = eo }, 1e-6, 1e-6, "out")
-    C.close(lse, { shape = sizes_of(l), data = el }, 1e-6, 1e-6, "lse")
+    merge_matches_reference(draw(1, 2, 3, 7, 5))
   end)
 
   it("a side that saw no key (lse -inf) gives the other side's row and lse exactly; neither gives zeros and -inf",
@@ -82,11 +109,7 @@ describe("attn._lse_merge", function()
     local before_o, before_l = big_o:clone(), big_l:clone()
     local o = attn.randn(3, 8, 4):transpose(-1, -2) -- [3, 4, 8], not contiguous
     local l = attn.randn(4, 3):t()                   -- [3, 4]
-    local out, lse = big_o:narrow(2, 4, 4), big_l:narrow(2, 4, 4)
-    local eo, el = reference(C.flat(out), C.flat(lse), C.flat(o), C.flat(l), 8)
-    attn._lse_merge(out, lse, o, l)
-    C.close(out, { shape = { 3, 4, 8 }, data = eo }, 1e-6, 1e-6, "out")
-    C.close(lse, { shape = { 3, 4 }, data = el }, 1e-6, 1e-6, "lse")
+    merge_matches_reference(big_o:narrow(2, 4, 4), big_l:narrow(2, 4, 4), o, l)
     assert.is_true(big_o:narrow(2, 1, 3):equal(before_o:narrow(2, 1, 3)))
     assert.is_true(big_o:narrow(2, 8, 3):equal(before_o:narrow(2, 8, 3)))
     assert.is_true(big_l:narrow(2, 1, 3):equal(before_l:narrow(2, 1, 3)))
@@ -94,27 +117,11 @@ describe("attn._lse_merge", function()
   end)
 
   it("gives the same bits with 1 and 2 threads", function()
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write([[
-local attn = require "attn"
+    local runs = out_lse_bits_by_threads([[
 attn.manual_seed(7)
 local out, lse, o, l = attn.randn(4, 600, 64), attn.randn(4, 600), attn.randn(4, 600, 64), attn.randn(4, 600)
 attn._lse_merge(out, lse, o, l)
-local parts = {}
-for _, t in ipairs{ out, lse } do
-  for _, x in ipairs(t:view(-1):totable()) do parts[#parts + 1] = ("%a"):format(x) end
-end
-io.write(table.concat(parts, " "))
 ]])
-    f:close()
-    local runs = {}
-    for _, threads in ipairs{ 1, 2 } do
-      local p = assert(io.popen(("OMP_NUM_THREADS=%d scripts/attn-lua %s 2>&1"):format(threads, script)))
-      runs[threads] = p:read("a")
-      p:close()
-    end
-    os.remove(script)
     assert.truthy(#runs[1] > 4 * 600 * 65, runs[1]:sub(1, 200))
     assert.is_true(runs[1] == runs[2], "the bits differ between 1 and 2 threads")
   end)
@@ -228,28 +235,12 @@ describe("attn._sdpa_resume", function()
     end)
 
   it("gives the same bits with 1 and 2 threads", function()
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write([[
-local attn = require "attn"
+    local runs = out_lse_bits_by_threads([[
 attn.manual_seed(8)
 local q, k, v = attn.randn(4, 300, 32), attn.randn(4, 500, 32), attn.randn(4, 500, 32)
 local out, lse = attn.scaled_dot_product_attention(q, k:narrow(2, 1, 200), v:narrow(2, 1, 200), { return_lse = true })
 attn._sdpa_resume(q, k:narrow(2, 201, 300), v:narrow(2, 201, 300), out, lse, false, nil)
-local parts = {}
-for _, t in ipairs{ out, lse } do
-  for _, x in ipairs(t:view(-1):totable()) do parts[#parts + 1] = ("%a"):format(x) end
-end
-io.write(table.concat(parts, " "))
 ]])
-    f:close()
-    local runs = {}
-    for _, threads in ipairs{ 1, 2 } do
-      local p = assert(io.popen(("OMP_NUM_THREADS=%d scripts/attn-lua %s 2>&1"):format(threads, script)))
-      runs[threads] = p:read("a")
-      p:close()
-    end
-    os.remove(script)
     assert.truthy(#runs[1] > 4 * 300 * 33, runs[1]:sub(1, 200))
     assert.is_true(runs[1] == runs[2], "the bits differ between 1 and 2 threads")
   end)

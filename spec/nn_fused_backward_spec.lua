@@ -166,7 +166,7 @@ describe("the training forward keeps what the backward needs", function()
     end)
   end
 
-  it("a tiny call keeps nothing (its backward recomputes)", function()
+  it("a call whose backward is tiny keeps nothing (its backward recomputes)", function()
     local x, w = attn.randn(2, 6, 3), attn.randn(2, 3)
     local r = table.pack(modules.attention_forward(x, 3, 6, 3, 1, 0.5, 0.0, w, nil, w, nil, w, nil, nil, nil, nil,
       true, true))
@@ -214,7 +214,8 @@ describe("fused module backward without x's gradient (want_dx = false)", functio
     assert.is_nil(kept[1])
     for i = 2, 9 do
       assert.is_true(attn.equal(with[i], without[i]), "recomputing " .. PARAMS[i - 1])
-      assert.is_true((with[i] - kept[i]):abs():max():item() <= 1e-5, "kept " .. PARAMS[i - 1])
+      -- the recomputed state is the forward's bits, so the gradients are too
+      assert.is_true(attn.equal(with[i], kept[i]), "kept " .. PARAMS[i - 1])
     end
   end)
 end)

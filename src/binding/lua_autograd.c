@@ -11,7 +11,8 @@
  * not the arithmetic, is the cost of a forward. Each closure has the tensor
  * metatable as upvalue 1, so telling a tensor apart is one pointer compare. */
 
-static const char *const AG = "attn.core._autograd";
+/* Each helper's name, for its errors: the function and argument at fault. */
+#define AG(name) "attn.core._autograd_" name
 
 static int is_tensor_at(lua_State *L, int idx) {
   if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return 0;
@@ -29,6 +30,14 @@ static int push_history(lua_State *L, int history, int idx) {
 static void check_table_arg(lua_State *L, int arg, const char *fname, const char *what) {
   if (lua_type(L, arg) != LUA_TTABLE)
     attnL_error(L, fname, "bad argument #%d '%s' (expected a table, got %s)", arg, what, luaL_typename(L, arg));
+}
+
+/* The tensor test before every lua_touserdata of a tensor argument: the
+ * metatable pointer against upvalue 1 (luaL_checkudata's safety without
+ * its registry lookup by name, on the backward's hot path). */
+static void check_tensor_arg(lua_State *L, int arg, const char *fname, const char *what) {
+  if (!is_tensor_at(L, arg))
+    attnL_error(L, fname, "bad argument #%d '%s' (expected attn.Tensor, got %s)", arg, what, luaL_typename(L, arg));
 }
 
 /* Calls visit(L, idx, state) for every tensor input of the arguments first
@@ -95,7 +104,7 @@ static int autograd_inputs_general(lua_State *L, int n);
 #define ONE_PASS_INPUTS 24
 
 static int autograd_inputs(lua_State *L) {
-  check_table_arg(L, 1, AG, "history");
+  check_table_arg(L, 1, AG("inputs"), "history");
   int n = lua_gettop(L);
   /* One pass over the arguments, each input's history kept on the stack
    * (n + k), when they hold no list and few tensors (every recorded call of
@@ -236,10 +245,10 @@ static void give_slots(lua_State *L, int history, int node, int inputs, int nond
  * packed results). */
 static int autograd_outputs(lua_State *L) {
   lua_settop(L, 6);
-  check_table_arg(L, 1, AG, "history");
-  check_table_arg(L, 2, AG, "node");
-  check_table_arg(L, 3, AG, "inputs");
-  check_table_arg(L, 6, AG, "results");
+  check_table_arg(L, 1, AG("outputs"), "history");
+  check_table_arg(L, 2, AG("outputs"), "node");
+  check_table_arg(L, 3, AG("outputs"), "inputs");
+  check_table_arg(L, 6, AG("outputs"), "results");
   int has_nondiff = lua_type(L, 4) == LUA_TTABLE, dirty = lua_toboolean(L, 5);
   lua_getfield(L, 6, "n");
   lua_Integer n = lua_tointeger(L, -1);
@@ -256,9 +265,9 @@ static int autograd_outputs(lua_State *L) {
  * results, so that a recorded call ends in one call, without packing them. */
 static int autograd_finish(lua_State *L) {
   int n = lua_gettop(L);
-  check_table_arg(L, 1, AG, "history");
-  check_table_arg(L, 2, AG, "node");
-  check_table_arg(L, 3, AG, "inputs");
+  check_table_arg(L, 1, AG("finish"), "history");
+  check_table_arg(L, 2, AG("finish"), "node");
+  check_table_arg(L, 3, AG("finish"), "inputs");
   lua_getfield(L, 2, "_nondiff");
   int nondiff = lua_type(L, -1) == LUA_TTABLE ? n + 1 : 0;
   give_slots(L, 1, 2, 3, nondiff, 0, 4, n);
@@ -268,14 +277,23 @@ static int autograd_finish(lua_State *L) {
 
 /* _autograd_shape_key(t): the key of tensor t's sizes (push_shape_key). */
 static int autograd_shape_key(lua_State *L) {
-  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 't' (expected attn.Tensor, got %s)", luaL_typename(L, 1));
+  check_tensor_arg(L, 1, AG("shape_key"), "t");
   push_shape_key(L, lua_touserdata(L, 1));
   return 1;
 }
 
-/* The sizes a shape key holds into size; their count, or -1 when s is not a key. */
-static int key_sizes(const char *key, size_t len, int64_t size[ATTN_MAX_DIMS]) {
-  if (len % sizeof size[0] != 0 || len > ATTN_MAX_DIMS * sizeof size[0]) return -1;
+/* Whether a string of len bytes can be a shape key (ATTN_MAX_DIMS sizes at most). */
+static int is_key_length(size_t len) { return len % sizeof(int64_t) == 0 && len <= ATTN_MAX_DIMS * sizeof(int64_t); }
+
+/* The sizes of the shape key at arg into size (their count); else an error of
+ * fname naming the argument (a number is no key: not converted). */
+static int check_key_arg(lua_State *L, int arg, const char *fname, int64_t size[ATTN_MAX_DIMS]) {
+  if (lua_type(L, arg) != LUA_TSTRING)
+    attnL_error(L, fname, "bad argument #%d 'key' (expected a shape key (string), got %s)", arg, luaL_typename(L, arg));
+  size_t len;
+  const char *key = lua_tolstring(L, arg, &len);
+  if (!is_key_length(len))
+    attnL_error(L, fname, "bad argument #%d 'key' (expected a shape key, got a string of %d bytes)", arg, (int)len);
   memcpy(size, key, len);
   return (int)(len / sizeof size[0]);
 }
@@ -284,17 +302,15 @@ static int key_sizes(const char *key, size_t len, int64_t size[ATTN_MAX_DIMS]) {
  * every element g's one value with its bits (a NaN's payload, -0): a whole
  * reduction's gradient, g expanded and made contiguous, in one call. */
 static int autograd_fill_key(lua_State *L) {
-  size_t len;
-  const char *key = luaL_checklstring(L, 1, &len);
+  static const char *const FN = AG("fill_key");
   int64_t size[ATTN_MAX_DIMS];
-  int ndim = key_sizes(key, len, size);
-  if (ndim < 0) attnL_error(L, AG, "bad argument #1 'key' (expected a shape key, got a string of %d bytes)", (int)len);
-  if (!is_tensor_at(L, 2)) attnL_error(L, AG, "bad argument #2 'g' (expected attn.Tensor, got %s)", luaL_typename(L, 2));
+  int ndim = check_key_arg(L, 1, FN, size);
+  check_tensor_arg(L, 2, FN, "g");
   const attn_tensor *g = lua_touserdata(L, 2);
   if (attn_numel(g) != 1)
-    attnL_error(L, AG, "bad argument #2 'g' (expected one element, got %I)", (lua_Integer)attn_numel(g));
+    attnL_error(L, FN, "bad argument #2 'g' (expected one element, got %I)", (lua_Integer)attn_numel(g));
   float v = g->data[0];
-  attn_tensor *out = attnL_push_uninit(L, ndim, size, AG);
+  attn_tensor *out = attnL_push_uninit(L, ndim, size, FN);
   int64_t n = attn_numel(out);
   for (int64_t i = 0; i < n; i++) out->data[i] = v;
   return 1;
@@ -302,13 +318,8 @@ static int autograd_fill_key(lua_State *L) {
 
 /* _autograd_sizes(key): the list of sizes a shape key (node._shapes) holds. */
 static int autograd_sizes(lua_State *L) {
-  size_t len;
-  const char *key = luaL_checklstring(L, 1, &len);
   int64_t size[ATTN_MAX_DIMS];
-  if (len % sizeof size[0] != 0 || len > sizeof size)
-    attnL_error(L, AG, "bad argument #1 'key' (expected a shape key, got a string of %d bytes)", (int)len);
-  memcpy(size, key, len);
-  int ndim = (int)(len / sizeof size[0]);
+  int ndim = check_key_arg(L, 1, AG("sizes"), size);
   lua_createtable(L, ndim, 0);
   for (int d = 0; d < ndim; d++) {
     lua_pushinteger(L, (lua_Integer)size[d]);
@@ -345,7 +356,7 @@ static int autograd_save(lua_State *L) {
 /* _autograd_changed(saved): the index i of the first saved tensor (value i
  * of _autograd_save's list) whose storage was written in place since, or nothing. */
 static int autograd_changed(lua_State *L) {
-  check_table_arg(L, 1, AG, "saved");
+  check_table_arg(L, 1, AG("changed"), "saved");
   lua_rawgeti(L, 1, 1);
   lua_Integer n = lua_tointeger(L, -1);
   lua_pop(L, 1);
@@ -366,9 +377,10 @@ static int autograd_changed(lua_State *L) {
 }
 
 /* _autograd_same_size(g, shape): whether tensor g has the sizes `shape` (a
- * tensor, a list of sizes, or the key of a node's output shape). */
+ * tensor, a list of integer sizes, or the key of a node's output shape). */
 static int autograd_same_size(lua_State *L) {
-  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 'g' (expected attn.Tensor, got %s)", luaL_typename(L, 1));
+  static const char *const FN = AG("same_size");
+  check_tensor_arg(L, 1, FN, "g");
   const attn_tensor *g = lua_touserdata(L, 1);
   int same;
   if (is_tensor_at(L, 2)) {
@@ -376,13 +388,21 @@ static int autograd_same_size(lua_State *L) {
   } else if (lua_type(L, 2) == LUA_TSTRING) {
     size_t len;
     const char *key = lua_tolstring(L, 2, &len);
+    if (!is_key_length(len))
+      attnL_error(L, FN, "bad argument #2 'shape' (expected a shape key, got a string of %d bytes)", (int)len);
     same = len == (size_t)g->ndim * sizeof g->size[0] && memcmp(key, g->size, len) == 0;
   } else {
-    check_table_arg(L, 2, AG, "shape");
-    same = (lua_Integer)lua_rawlen(L, 2) == g->ndim;
-    for (int d = 0; same && d < g->ndim; d++) {
-      lua_rawgeti(L, 2, d + 1);
-      same = lua_isinteger(L, -1) && lua_tointeger(L, -1) == g->size[d];
+    if (lua_type(L, 2) != LUA_TTABLE)
+      attnL_error(L, FN, "bad argument #2 'shape' (expected attn.Tensor, a list of sizes or a shape key, got %s)",
+                  luaL_typename(L, 2));
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+    same = n == g->ndim;
+    for (lua_Integer d = 1; d <= n; d++) {
+      lua_rawgeti(L, 2, d);
+      if (!lua_isinteger(L, -1))
+        attnL_error(L, FN, "bad argument #2 'shape' (expected a list of integer sizes, got %s at %I)",
+                    lua_type(L, -1) == LUA_TNUMBER ? "a non-integer number" : luaL_typename(L, -1), d);
+      same = same && lua_tointeger(L, -1) == g->size[d - 1];
       lua_pop(L, 1);
     }
   }
@@ -390,38 +410,36 @@ static int autograd_same_size(lua_State *L) {
   return 1;
 }
 
-static void check_tensor_arg(lua_State *L, const char *what) {
-  if (!is_tensor_at(L, 1)) attnL_error(L, AG, "bad argument #1 '%s' (expected attn.Tensor, got %s)", what, luaL_typename(L, 1));
-}
 
 /* _autograd_ones_like(t): a new float tensor of t's sizes filled with 1, the
  * implicit gradient of backward's one-element root (attn.ones(t:size())
  * without the list of sizes). */
 static int autograd_ones_like(lua_State *L) {
-  check_tensor_arg(L, "t");
+  static const char *const FN = AG("ones_like");
+  check_tensor_arg(L, 1, FN, "t");
   const attn_tensor *t = lua_touserdata(L, 1);
-  attn_fill(attnL_push_uninit(L, t->ndim, t->size, AG), 1.0f);
+  attn_fill(attnL_push_uninit(L, t->ndim, t->size, FN), 1.0f);
   return 1;
 }
 
 /* _autograd_stale(t): whether t was made before an in-place write that autograd
  * recorded on memory it shares (attnL_history_stale). */
 static int autograd_stale(lua_State *L) {
-  check_tensor_arg(L, "t");
+  check_tensor_arg(L, 1, AG("stale"), "t");
   lua_pushboolean(L, attnL_history_stale(L, 1));
   return 1;
 }
 
 /* _autograd_wrote(t): t was just written in place with new history. */
 static int autograd_wrote(lua_State *L) {
-  check_tensor_arg(L, "t");
+  check_tensor_arg(L, 1, AG("wrote"), "t");
   attnL_history_wrote(L, 1);
   return 0;
 }
 
 /* _autograd_fresh(t): t's history was rebuilt after such a write. */
 static int autograd_fresh(lua_State *L) {
-  check_tensor_arg(L, "t");
+  check_tensor_arg(L, 1, AG("fresh"), "t");
   attnL_history_fresh(L, 1);
   return 0;
 }

@@ -46,7 +46,8 @@ static attn_tensor corner(const attn_tensor *t, int64_t n) {
  * returns what the backward would otherwise recompute: qkv [3, B n, d_out],
  * o [B, heads, n, head_dim], c [B n, d_out] (nil without out_proj), saved
  * (the softmax [B, heads, n, n] or the log-sum-exp [B, heads, n]) and the
- * kernel (1 math, 2 flash); all nil for a tiny call (its backward recomputes). */
+ * kernel (1 math, 2 flash); all nil for a call whose backward is tiny (that
+ * backward recomputes them in its direct loops). */
 
 /* The module of the arguments 1 to 16 into m (mask_corner holds the
  * mask's [n, n] corner when m->mask points to it); 0 when the call is not
@@ -181,7 +182,7 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
   int kernel;
   int64_t saved_floats;
   if (!attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats))
-    attnL_error(L, BWD, "bad argument #%d 'qkv' (a tiny call keeps no state: expected nil)", at);
+    attnL_error(L, BWD, "bad argument #%d 'qkv' (a call whose backward is tiny keeps no state: expected nil)", at);
   int64_t d_out = m->wq->size[0], rows = nb * n;
   int64_t want[4] = {3 * rows * d_out, rows * d_out, m->wo ? rows * d_out : 0, saved_floats};
   static const char *const names[4] = {"qkv", "o", "c", "saved"};

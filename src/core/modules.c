@@ -30,6 +30,7 @@
 #include "cpu.h"
 #include "sdpa_dispatch.h"
 #include "modules.h"
+#include "modules_backward.h"
 #include "modules_tiny.h"
 #include "ops.h"
 #include "rng.h"
@@ -294,6 +295,92 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
   }
 }
 
+/* forward_tiny's steps keeping what the backward needs (a tiny call's
+ * attn_self_attention_state): Q, K, V into st->qkv [3, rows, D]; st->saved:
+ * for the math kernel each row's softmax before dropout [B, h, n, n] (0 for
+ * the keys it does not see), for flash (from 32 keys) each row's log-sum-exp
+ * [B, h, n] of these scores; the attention's output into st->o [B, h, n, hd]
+ * and, heads side by side, into rows [rows, D] unless NULL (st->c, or the
+ * output itself without out_proj). Every sum as forward_tiny's (and so
+ * forward_tiny_causal's): the forward's bits. The softmax runs without
+ * dropout, then the factors multiply it: attn_softmax_dropout_row's own two
+ * steps, the same weights. */
+ATTN_FMA_CLONES static void state_tiny(const attn_self_attention *m, const attn_tensor *x,
+                                       const attn_self_attention_saved *st, float *rows, int64_t nb, int64_t n,
+                                       int64_t d_in, int64_t d_out) {
+  float buf[TINY_FLOATS];
+  int64_t h = m->heads, hd = d_out / h, w3 = 3 * d_out, act = nb * n * d_out;
+  float *qkv = buf, *s = qkv + n * w3, *f = s + n, *qs = f + n;
+  attn_sdpa_problem p;
+  attn_sdpa_describe_heads(qkv, h, n, hd, w3, m->mask, m->mask == NULL, m->scale, &p);
+  int64_t sk = attn_sdpa_row_stride(&p, &p.k), sv = attn_sdpa_row_stride(&p, &p.v);
+  int keep_probs = st->kernel == ATTN_SDPA_MATH;
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x->data + b * n * d_in;
+    for (int64_t i = 0; i < n; i++) {
+      float *y = qkv + i * w3;
+      const float *xi = xb + i * d_in;
+      linear_row_chains(xi, d_in, m->wq, m->bq, y, d_out);
+      linear_row_chains(xi, d_in, m->wk, m->bk, y + d_out, d_out);
+      linear_row_chains(xi, d_in, m->wv, m->bv, y + 2 * d_out, d_out);
+      for (int t = 0; t < 3; t++)
+        memcpy(st->qkv + t * act + (b * n + i) * d_out, y + t * d_out, (size_t)d_out * sizeof(float));
+    }
+    for (int64_t hh = 0; hh < h; hh++) {
+      int64_t bi = b * h + hh;
+      attn_sdpa_slice sl;
+      attn_sdpa_slice_at(&p, hh, &sl);
+      int modified = sl.mask || sl.bias || p.softcap > 0.0f || p.has_alibi;
+      for (int64_t i = 0; i < n; i++) {
+        attn_key_range vis = attn_sdpa_row_keys(&p, i);
+        int64_t nk = vis.end - vis.begin;
+        float *oi = st->o + (bi * n + i) * hd, *lse = keep_probs ? NULL : st->saved + bi * n + i;
+        attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
+        for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
+        for (int64_t j = vis.begin; j < vis.end; j++) {
+          const float *kj = sl.k + j * sk;
+          float acc = 0.0f;
+          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+          s[j] = acc;
+        }
+        if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
+        int64_t position = (bi * n + i) * n + vis.begin;
+        int hidden = attn_softmax_dropout_row(s + vis.begin, nk, 0.0, (attn_dropout_draw){0, NULL}, position, f, lse);
+        if (keep_probs) memcpy(st->saved + (bi * n + i) * n, s, (size_t)n * sizeof(float));
+        if (hidden) {
+          memset(oi, 0, (size_t)hd * sizeof(float));
+          continue;
+        }
+        if (m->dropout_p > 0.0) {
+          attn_dropout_factors(m->dropout_draw, m->dropout_p, position, nk, f);
+          for (int64_t j = 0; j < nk; j++) s[vis.begin + j] *= f[j];
+        }
+        for (int64_t d = 0; d < hd; d++) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], sl.v[j * sv + d], acc);
+          oi[d] = acc;
+        }
+      }
+    }
+  }
+  if (rows) /* [B, h, n, hd] -> [rows, D] */
+    for (int64_t r = 0; r < nb * n; r++)
+      for (int64_t hh = 0; hh < h; hh++)
+        memcpy(rows + r * d_out + hh * hd, st->o + (((r / n) * h + hh) * n + r % n) * hd, (size_t)hd * sizeof(float));
+}
+
+/* The training forward of a tiny call (attn_self_attention_keeps: one whose
+ * backward is not tiny): state_tiny, then out_proj's rows as forward_tiny's
+ * (linear_row_chains); without out_proj the context is the output. */
+ATTN_FMA_CLONES static void forward_tiny_saving(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
+                                                const attn_self_attention_saved *st, int64_t nb, int64_t n,
+                                                int64_t d_in, int64_t d_out) {
+  state_tiny(m, x, st, m->wo ? st->c : out->data, nb, n, d_in, d_out);
+  if (m->wo)
+    for (int64_t r = 0; r < nb * n; r++)
+      linear_row_chains(st->c + r * d_out, d_out, m->wo, m->bo, out->data + r * d_out, d_out);
+}
+
 /* ------------------------------------------------------------ BLAS path */
 
 /* y [rows, nout] (row stride ldy) = x [rows, nin] w^T (+ b): sgemm then a
@@ -316,7 +403,9 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
 }
 
 /* With s (the training forward): the projections, the attention's output
- * and what its backward needs go to s's buffers, and nothing is allocated. */
+ * and what its backward needs go to s's buffers, and nothing is allocated.
+ * With s and out NULL (attn_self_attention_state): the state alone, without
+ * out_proj's product. */
 static attn_status forward_blas(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out, int64_t nb,
                                 int64_t n, int64_t d_in, int64_t d_out, const attn_self_attention_saved *s) {
   int64_t h = m->heads, hd = d_out / h, rows = nb * n;
@@ -363,18 +452,20 @@ static attn_status forward_blas(const attn_self_attention *m, const attn_tensor 
   if (st == ATTN_OK) {
     float *ct = ctx;
     if (s && h == 1) { /* [B, 1, n, hd] is already [rows, d_out]; s->o stays the attention's own */
-      ct = m->wo ? s->c : out->data;
-      memcpy(ct, ctx, bytes);
+      ct = m->wo ? s->c : out ? out->data : NULL;
+      if (ct) memcpy(ct, ctx, bytes);
     } else if (h > 1) { /* [B, h, n, hd] -> [B, n, h, hd] */
-      ct = s ? (m->wo ? s->c : out->data) : m->wo ? qp : out->data; /* Q is spent (unless kept) */
+      ct = s ? (m->wo ? s->c : out ? out->data : NULL) : m->wo ? qp : out->data; /* Q is spent (unless kept) */
+      if (ct) {
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * d_out > PARALLEL_ELEMS)
-      for (int64_t r = 0; r < rows; r++) {
-        int64_t b = r / n, i = r % n;
-        for (int64_t hh = 0; hh < h; hh++)
-          memcpy(ct + r * d_out + hh * hd, ctx + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+          int64_t b = r / n, i = r % n;
+          for (int64_t hh = 0; hh < h; hh++)
+            memcpy(ct + r * d_out + hh * hd, ctx + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
+        }
       }
     }
-    if (m->wo) linear_blas(ct, rows, d_out, m->wo, m->bo, out->data, d_out, d_out);
+    if (m->wo && out) linear_blas(ct, rows, d_out, m->wo, m->bo, out->data, d_out, d_out);
   }
   if (s) return st;
   free(qp), free(kp), free(vp);
@@ -437,14 +528,42 @@ attn_status attn_self_attention_check_call(const attn_self_attention *m, const a
   return ATTN_OK;
 }
 
+/* The kernel kernel = "auto" takes for the attention of m on [nb, n, .] inputs */
+static int state_kernel(const attn_self_attention *m, int64_t nb, int64_t n) {
+  int64_t h = m->heads, hd = m->wq->size[0] / h;
+  const char *why;
+  return (int)attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, hd, hd, 0, &why);
+}
+
 int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
                               int64_t *saved_floats) {
   int64_t d_out = m->wq->size[0], h = m->heads;
-  if (nb == 0 || n == 0 || d_out == 0 || tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) return 0;
-  const char *why;
-  *kernel = (int)attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, d_out / h, d_out / h, 0, &why);
+  if (nb == 0 || n == 0 || d_out == 0) return 0;
+  /* a call whose backward is tiny recomputes the state in its direct loops:
+   * cheaper than keeping it (a malloc'ed tensor per buffer) */
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL) && attn_self_attention_backward_tiny_fits(m, nb, n, d_in))
+    return 0;
+  *kernel = state_kernel(m, nb, n);
   *saved_floats = nb * h * n * (*kernel == ATTN_SDPA_MATH ? n : 1);
   return 1;
+}
+
+int attn_self_attention_state_kernel(const attn_self_attention *m, int64_t nb, int64_t n) {
+  return state_kernel(m, nb, n);
+}
+
+attn_status attn_self_attention_state(const attn_self_attention *m, const attn_tensor *x,
+                                      const attn_self_attention_saved *s) {
+  int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2], d_out = m->wq->size[0];
+  if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
+  if (s->kernel != state_kernel(m, nb, n) || !s->qkv || !s->o || !s->saved || (m->wo && !s->c))
+    return attn_fail(ATTN_EARG, "the state buffers do not fit the call (see attn_self_attention_state_kernel)");
+  /* the forward's own choice of path, so its bits */
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    state_tiny(m, x, s, s->c, nb, n, d_in, d_out);
+    return ATTN_OK;
+  }
+  return forward_blas(m, x, NULL, nb, n, d_in, d_out, s);
 }
 
 /* The forward, with s: keeping its state (see attn_self_attention_forward_saving) */
@@ -456,18 +575,19 @@ static attn_status forward(const attn_self_attention *m, const attn_tensor *x, a
   if (nb * n > INT_MAX || 3 * d_out > INT_MAX)
     return attn_fail(ATTN_EARG, "sizes beyond the BLAS integer range");
   if (nb == 0 || n == 0 || d_out == 0) return ATTN_OK;
-  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
-    if (s) return attn_fail(ATTN_EARG, "a tiny call keeps no state (see attn_self_attention_keeps)");
-    if (!m->mask && m->dropout_p == 0.0) forward_tiny_causal(m, x, out, nb, n, d_in, d_out);
-    else forward_tiny(m, x, out, nb, n, d_in, d_out);
-    return ATTN_OK;
-  }
   if (s) {
     int kernel;
     int64_t saved_floats;
-    attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats);
+    if (!attn_self_attention_keeps(m, nb, n, d_in, &kernel, &saved_floats))
+      return attn_fail(ATTN_EARG, "a call whose backward is tiny keeps no state (see attn_self_attention_keeps)");
     if (kernel != s->kernel || !s->qkv || !s->o || !s->saved || (m->wo && !s->c))
       return attn_fail(ATTN_EARG, "the state buffers do not fit the call (see attn_self_attention_keeps)");
+  }
+  if (tiny_fits(nb, n, d_in, d_out, m->wo != NULL)) {
+    if (s) forward_tiny_saving(m, x, out, s, nb, n, d_in, d_out);
+    else if (!m->mask && m->dropout_p == 0.0) forward_tiny_causal(m, x, out, nb, n, d_in, d_out);
+    else forward_tiny(m, x, out, nb, n, d_in, d_out);
+    return ATTN_OK;
   }
   return forward_blas(m, x, out, nb, n, d_in, d_out, s);
 }

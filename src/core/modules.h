@@ -59,9 +59,10 @@ typedef struct attn_self_attention_saved {
   int kernel;   /* attn_sdpa_kernel: the one kernel = "auto" takes for these sizes */
 } attn_self_attention_saved;
 
-/* Whether the forward of x [B, n, d_in] can keep its state (0 for the tiny
- * direct-loop path, whose backward recomputes it); if so *kernel is the one
- * the attention runs and *saved_floats the size of its `saved` buffer. */
+/* Whether the forward of x [B, n, d_in] can keep its state (0 for a call
+ * whose backward is tiny too, attn_self_attention_backward_tiny_fits: it
+ * recomputes the state in its direct loops); if so *kernel is the one the
+ * attention runs and *saved_floats the size of its `saved` buffer. */
 int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in, int *kernel,
                               int64_t *saved_floats);
 
@@ -70,5 +71,20 @@ int attn_self_attention_keeps(const attn_self_attention *m, int64_t nb, int64_t 
  * (s->kernel: what it gave). Errors: those of the forward. */
 attn_status attn_self_attention_forward_saving(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                                                const attn_self_attention_saved *s);
+
+/* The kernel (attn_sdpa_kernel) the attention of m runs for x [nb, n, d_in]
+ * on the forward's BLAS path: what the state of attn_self_attention_state
+ * holds (MATH: the softmax [B, h, n, n]; FLASH: the log-sum-exp [B, h, n]). */
+int attn_self_attention_state_kernel(const attn_self_attention *m, int64_t nb, int64_t n);
+
+/* The state attn_self_attention_forward_saving keeps, for any call (tiny
+ * too), without computing out: what the backward recomputes when the
+ * forward kept nothing. It runs the forward's own steps, so it has the bits
+ * of what the forward computed (a tiny forward's direct loops sum in the
+ * BLAS path's order). m and x as attn_self_attention_check_call accepts;
+ * s->kernel: attn_self_attention_state_kernel's. Errors: ATTN_EARG (buffers
+ * that do not fit), the attention's. */
+attn_status attn_self_attention_state(const attn_self_attention *m, const attn_tensor *x,
+                                      const attn_self_attention_saved *s);
 
 #endif

@@ -7,14 +7,16 @@
  *   C   = O as [rows, D] (heads side by side)
  *   QKV, O, P and C are what the training forward kept
  *   (attn_self_attention_forward_saving: the recorded module forward), or
- *   are recomputed here (a tiny call, or a caller that kept nothing): keeping
+ *   are recomputed here (a tiny call, or a caller that kept nothing) by
+ *   attn_self_attention_state, the forward's own steps: the bits of what the
+ *   forward computed, so the gradients are the same bits either way. Keeping
  *   them took train_gpt's step from 216 to 188 ms of CPU on one thread.
  *   with out_proj: dWo = dout^T C [D, D], dbo = colsum dout, dC = dout Wo;
  *   else dC = dout
  *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views)
  *   dW* = d*^T x [D, d_in], db* = colsum d*, dx = dQ Wq + dK Wk + dV Wv
- * Products by attn_gemm (attn_matmul's fixed tiles; direct loops for tiny
- * ones, src/core/small_gemm.h); column sums in row
+ * The gradients' products by attn_gemm (attn_matmul's fixed tiles; direct
+ * loops for tiny ones, src/core/small_gemm.h); column sums in row
  * order on one thread: the bits do not depend on the thread count (a small
  * call runs on one thread: the same bits, without waking a team). Scratch
  * is malloc'ed and freed here. */
@@ -22,10 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "sdpa_dispatch.h"
 #include "modules_backward.h"
-#include "rng.h"
 #include "ops.h"
 #include "sdpa_backward.h"
 #include "small_gemm.h"
@@ -61,18 +60,6 @@ static void weight_layout(const attn_tensor *w, int *trans, int64_t *ld) {
   if (*ld < 1) *ld = 1;
 }
 
-/* y [rows, nout] (row stride ldy) = x [rows, nin] w^T + b */
-static void linear(const float *x, int64_t rows, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
-                   int64_t ldy, int64_t nout) {
-  int trans;
-  int64_t ldw;
-  weight_layout(w, &trans, &ldw);
-  product(0, trans, rows, nout, nin, x, nin, w->data, ldw, y, ldy);
-  if (b)
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < nout; j++) y[r * ldy + j] += b->data[j * b->stride[0]];
-}
-
 /* dx [rows, nin] (+)= dy [rows, nout] (row stride ldy) w, through tmp when adding */
 static void linear_dx(const float *dy, int64_t ldy, int64_t rows, int64_t nout, const attn_tensor *w, float *dx,
                       int64_t nin, int add, float *tmp) {
@@ -98,44 +85,6 @@ static void heads_to_rows(const float *src, int64_t nb, int64_t n, int64_t h, in
     for (int64_t hh = 0; hh < h; hh++)
       for (int64_t i = 0; i < n; i++)
         memcpy(dst + (b * n + i) * ld + hh * hd, src + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
-}
-
-/* The math kernel's forward for a tiny call as direct loops (src/core/attention.c
- * makes 2 BLAS calls per slice): o [B..., n, hd] and probs [B..., n, n], the
- * softmax before dropout, of problem p; w and f [n] are scratch. */
-static void attention_tiny(const attn_sdpa_problem *p, float *o, float *probs, float *qs, float *w, float *f) {
-  int64_t n = p->lq, lk = p->lk, hd = p->e, ev = p->ev, nb = attn_sizes_product(p->nbatch, p->batch);
-  int64_t sk = attn_sdpa_row_stride(p, &p->k), sv = attn_sdpa_row_stride(p, &p->v);
-  int64_t ck = attn_sdpa_col_stride(p, &p->k), cv = attn_sdpa_col_stride(p, &p->v);
-  for (int64_t bi = 0; bi < nb; bi++) {
-    attn_sdpa_slice sl;
-    attn_sdpa_slice_at(p, bi, &sl);
-    for (int64_t i = 0; i < n; i++) {
-      int64_t position = (bi * n + i) * lk;
-      float *s = probs + position, *oi = o + (bi * n + i) * ev;
-      attn_sdpa_load_q(p, &sl, i, 1, qs, 0, 1);
-      for (int64_t j = 0; j < lk; j++) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl.k[j * sk + d * ck];
-        s[j] = acc;
-      }
-      attn_sdpa_modify_tile(p, &sl, i, 1, 0, lk, s, 0, 1);
-      if (attn_softmax_dropout_row(s, lk, 0.0, (attn_dropout_draw){0, NULL}, position, f, NULL)) {
-        memset(oi, 0, (size_t)ev * sizeof(float));
-        continue;
-      }
-      memcpy(w, s, (size_t)lk * sizeof(float));
-      if (p->dropout_p > 0.0) {
-        attn_dropout_factors(p->dropout_draw, p->dropout_p, position, lk, f);
-        for (int64_t j = 0; j < lk; j++) w[j] *= f[j];
-      }
-      for (int64_t d = 0; d < ev; d++) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < lk; j++) acc += w[j] * sl.v[j * sv + d * cv];
-        oi[d] = acc;
-      }
-    }
-  }
 }
 
 static int grad_fits(const attn_tensor *g, const attn_tensor *param) {
@@ -168,20 +117,26 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   }
 
   /* the attention kernel the forward used, and what its backward needs */
-  const char *why;
-  attn_sdpa_kernel kernel = attn_sdpa_choose_kernel(ATTN_SDPA_AUTO, nb * h, n, n, hd, hd, 0, &why);
+  attn_sdpa_kernel kernel = (attn_sdpa_kernel)attn_self_attention_state_kernel(m, nb, n);
   if (sv && (int)kernel != sv->kernel)
     return attn_fail(ATTN_EARG, "the saved state is not that of a forward of these sizes");
   size_t act = (size_t)(rows * dd), saved_n = kernel == ATTN_SDPA_MATH ? (size_t)(nb * h * n * n) : (size_t)(nb * h * n);
-  /* qkv [rows, 3D], o, c (unless saved), dc [rows, D], dq/dk/dv [B, h, n, hd], dqkv [rows, 3D], saved
-   * (unless saved), tmp [rows, d_in] (or hd + 2n for the tiny attention) */
-  size_t tmp_n = (size_t)(rows * d_in) > (size_t)(hd + 2 * n) ? (size_t)(rows * d_in) : (size_t)(hd + 2 * n);
+  /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dq/dk/dv [B, h, n, hd],
+   * dqkv [rows, 3D], tmp [rows, d_in] */
+  size_t tmp_n = (size_t)(rows * d_in);
   size_t kept = sv ? 0 : 3 * act + act + act + saved_n;
   size_t total = kept + act + 3 * act + 3 * act + tmp_n;
   float *buf = malloc((total ? total : 1) * sizeof(float));
   if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of module backward scratch", total * sizeof(float));
-  float *qkv = buf, *o = qkv + 3 * act, *c = o + act, *saved = c + act, *dc = saved + saved_n;
-  if (sv) qkv = NULL, o = sv->o, c = sv->c, saved = sv->saved, dc = buf;
+  attn_self_attention_saved state; /* the forward's: kept, or recomputed below */
+  if (sv) {
+    state = *sv;
+  } else {
+    state.qkv = buf, state.o = state.qkv + 3 * act, state.c = state.o + act, state.saved = state.c + act;
+    state.kernel = (int)kernel;
+    if (!m->wo) state.c = NULL;
+  }
+  float *o = state.o, *c = state.c, *saved = state.saved, *dc = sv ? buf : buf + kept;
   float *dqh = dc + act, *dkh = dqh + act, *dvh = dkh + act, *dqkv = dvh + act, *tmp = dqkv + 3 * act;
 
   /* a small call runs on the calling thread alone: waking an OpenMP team costs
@@ -192,39 +147,17 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   int saved_threads = omp_get_max_threads();
   if (macs <= SERIAL_MACS) omp_set_num_threads(1);
 
-  attn_tensor q, k, v;
-  if (sv) { /* the forward's Q, K, V [rows, D] each */
-    q = heads_view(sv->qkv, nb, n, h, hd, dd), k = heads_view(sv->qkv + act, nb, n, h, hd, dd);
-    v = heads_view(sv->qkv + 2 * act, nb, n, h, hd, dd);
-  } else {
-    linear(x->data, rows, d_in, m->wq, m->bq, qkv, w3, dd);
-    linear(x->data, rows, d_in, m->wk, m->bk, qkv + dd, w3, dd);
-    linear(x->data, rows, d_in, m->wv, m->bv, qkv + 2 * dd, w3, dd);
-    q = heads_view(qkv, nb, n, h, hd, w3), k = heads_view(qkv + dd, nb, n, h, hd, w3);
-    v = heads_view(qkv + 2 * dd, nb, n, h, hd, w3);
-  }
+  /* without a kept state: the forward's own steps recompute it (its bits) */
+  if (!sv && (st = attn_self_attention_state(m, x, &state)) != ATTN_OK) goto done;
+  /* the forward's Q, K, V [rows, D] each */
+  attn_tensor q = heads_view(state.qkv, nb, n, h, hd, dd), k = heads_view(state.qkv + act, nb, n, h, hd, dd);
+  attn_tensor v = heads_view(state.qkv + 2 * act, nb, n, h, hd, dd);
   int64_t hsize[4] = {nb, h, n, hd}, psize[4] = {nb, h, n, n};
   attn_tensor ot = attn_make(o, 4, hsize), st_t = attn_make(saved, kernel == ATTN_SDPA_MATH ? 4 : 3, psize);
   attn_sdpa_opts opts = attn_self_attention_sdpa_opts(m);
-  if (!sv) { /* else O and P were kept by the forward */
-    if (kernel == ATTN_SDPA_MATH && n * n * hd <= ATTN_SMALL_GEMM_MACS) {
-      attn_sdpa_problem p;
-      if ((st = attn_sdpa_describe(&q, &k, &v, &opts, &p)) != ATTN_OK) goto done;
-      attention_tiny(&p, o, saved, tmp, tmp + hd, tmp + hd + n);
-    } else if (kernel == ATTN_SDPA_MATH) {
-      opts.probs = &st_t;
-      st = attn_sdpa_math(&q, &k, &v, &opts, &ot, NULL);
-    } else {
-      opts.lse = &st_t;
-      st = attn_sdpa_flash(&q, &k, &v, &opts, &ot);
-    }
-  }
-  opts.probs = opts.lse = NULL;
-  if (st != ATTN_OK) goto done;
 
   const float *dcp = dout->data; /* dC [rows, D] */
   if (m->wo) {
-    if (!sv) heads_to_rows(o, nb, n, h, hd, c, dd);
     if (g->dwo) product(1, 0, dd, dd, rows, dout->data, dd, c, dd, g->dwo->data, dd);
     if (g->dbo) colsum(dout->data, rows, dd, dd, g->dbo->data);
     linear_dx(dout->data, dd, rows, dd, m->wo, dc, dd, 0, NULL);

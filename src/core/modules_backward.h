@@ -17,8 +17,10 @@ typedef struct attn_self_attention_grads {
 
 /* The gradients of out = attn_self_attention_forward(m, x) given dout
  * [B, n, d_out] (contiguous), for the same m (m->dropout_draw: the forward's
- * draw, so the dropout mask is the forward's). The forward is recomputed
- * (projections, attention keeping its probabilities or log-sum-exp); the
+ * draw, so the dropout mask is the forward's). The forward's state is
+ * recomputed by attn_self_attention_state (the forward's own steps: the
+ * projections, the attention keeping its probabilities or log-sum-exp, the
+ * bits the forward computed); the
  * attention part is attn_sdpa_backward (src/core/sdpa_backward.h), the
  * products attn_gemm's fixed tiles: the bits do not depend on the thread
  * count. Errors: ATTN_ESHAPE / ATTN_EARG (as the forward; a gradient of the
@@ -28,9 +30,8 @@ attn_status attn_self_attention_backward(const attn_self_attention *m, const att
 
 /* The same gradients from the state the training forward kept
  * (attn_self_attention_forward_saving, for the same m, x and draw): nothing
- * of the forward is recomputed. Where the recomputation gives the forward's
- * bits (every non-tiny call whose projections are not tiny products), the
- * gradients are attn_self_attention_backward's bits. */
+ * of the forward is recomputed, and the gradients are
+ * attn_self_attention_backward's bits. */
 attn_status attn_self_attention_backward_saved(const attn_self_attention *m, const attn_tensor *x,
                                                const attn_tensor *dout, const attn_self_attention_saved *s,
                                                const attn_self_attention_grads *g);

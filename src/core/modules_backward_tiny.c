@@ -6,6 +6,8 @@
  *
  * Per batch item b, with rows i, j < n, D = d_out, h heads of hd = D / h:
  *   QKV = x_b [Wq; Wk; Wv]^T + [bq, bk, bv]      [n, 3D] (recomputed)
+ *   (QKV, S, P, W and O are recomputed with the tiny forward's sums, src/core/modules.c:
+ *   one FMA per product, in the same order, so they are the bits the forward computed)
  *   per head: Qs = fl(Q * scale) (as the forward scales it), S = Qs K^T,
  *   mask / causal through the attention core (attn_sdpa_modify_tile),
  *   P = softmax rows (0 for a row that sees no key), F = the forward's
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "cpu.h"
 #include "modules_backward.h"
 #include "modules_tiny.h"
 #include "rng.h"
@@ -56,12 +59,12 @@ int attn_self_attention_backward_tiny_fits(const attn_self_attention *m, int64_t
 static inline float at(const attn_tensor *w, int64_t r, int64_t c) { return w->data[r * w->stride[0] + c * w->stride[1]]; }
 
 /* y [n, nout] (row stride ldy) = x [n, nin] w^T (+ b) */
-static void linear_rows(const float *x, int64_t n, int64_t nin, const attn_tensor *w, const attn_tensor *b, float *y,
-                        int64_t ldy, int64_t nout) {
+ATTN_FMA_CLONES static void linear_rows(const float *x, int64_t n, int64_t nin, const attn_tensor *w,
+                                        const attn_tensor *b, float *y, int64_t ldy, int64_t nout) {
   for (int64_t i = 0; i < n; i++)
     for (int64_t j = 0; j < nout; j++) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < nin; k++) acc += x[i * nin + k] * at(w, j, k);
+      for (int64_t k = 0; k < nin; k++) acc = fmaf(x[i * nin + k], at(w, j, k), acc);
       y[i * ldy + j] = b ? acc + b->data[j * b->stride[0]] : acc;
     }
 }
@@ -119,12 +122,12 @@ static void zero(attn_tensor *t) {
 
 /* s [n] = the scores of query row i of head slice sl against every key,
  * modified as the forward modifies them (mask, causal, ...); qs [hd] scratch. */
-static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, int64_t i, int64_t n, int64_t hd,
-                      int64_t sk, float *qs, float *s) {
+ATTN_FMA_CLONES static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, int64_t i, int64_t n,
+                                      int64_t hd, int64_t sk, float *qs, float *s) {
   attn_sdpa_load_q(pr, sl, i, 1, qs, 0, 1);
   for (int64_t j = 0; j < n; j++) {
     float acc = 0.0f;
-    for (int64_t d = 0; d < hd; d++) acc += qs[d] * sl->k[j * sk + d];
+    for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], sl->k[j * sk + d], acc);
     s[j] = acc;
   }
   attn_sdpa_modify_tile(pr, sl, i, 1, 0, n, s, 0, 1);
@@ -135,9 +138,9 @@ static void score_row(const attn_sdpa_problem *pr, const attn_sdpa_slice *sl, in
  * notebooks' widths unrolled, and each sum in the same order as above, so
  * the same bits. */
 
-/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p [h, n, n]; hidden [h, n]; qs [hd] */
+/* scratch: qkv, dqkv [n, 3D]; c, dc [n, D]; p [h, n, n]; hidden [h, n]; qs [hd] (causal_item's layout) */
 static int64_t causal_scratch_floats(int64_t n, int64_t d_out, int64_t h) {
-  return 6 * n * d_out + h * n * n + h * n + d_out;
+  return 8 * n * d_out + h * n * n + h * n + d_out;
 }
 
 /* linear_rows, inlined with nin a constant where the caller names one */
@@ -150,7 +153,7 @@ static inline __attribute__((always_inline)) void linear_rows_inline(const float
     for (int64_t j = 0; j < nout; j++) {
       float acc = 0.0f;
       #pragma GCC unroll 4
-      for (int64_t k = 0; k < nin; k++) acc += x[i * nin + k] * wd[j * sw0 + k * sw1];
+      for (int64_t k = 0; k < nin; k++) acc = fmaf(x[i * nin + k], wd[j * sw0 + k * sw1], acc);
       y[i * ldy + j] = b ? acc + b->data[j * b->stride[0]] : acc;
     }
 }
@@ -171,7 +174,7 @@ static inline __attribute__((always_inline)) void causal_probs(const float *qkv,
       for (int64_t j = 0; j <= i; j++) {
         float acc = 0.0f;
         #pragma GCC unroll 4
-        for (int64_t d = 0; d < hd; d++) acc += qs[d] * k[j * w3 + d];
+        for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], k[j * w3 + d], acc);
         pi[j] = acc;
       }
       for (int64_t j = i + 1; j < n; j++) pi[j] = -INFINITY; /* causal: hidden */
@@ -210,14 +213,14 @@ static inline __attribute__((always_inline)) void causal_heads_backward(const fl
         for (int64_t d = 0; d < hd; d++) o[d] = 0.0f;
         for (int64_t j = 0; j < n; j++) {
           #pragma GCC unroll 4
-          for (int64_t d = 0; d < hd; d++) o[d] += pi[j] * v[j * w3 + d];
+          for (int64_t d = 0; d < hd; d++) o[d] = fmaf(pi[j], v[j * w3 + d], o[d]);
         }
         #pragma GCC unroll 4
         for (int64_t d = 0; d < hd; d++) dl += dci[d] * o[d];
       } else {
         for (int64_t d = 0; d < hd; d++) {
           float o = 0.0f;
-          for (int64_t j = 0; j < n; j++) o += pi[j] * v[j * w3 + d];
+          for (int64_t j = 0; j < n; j++) o = fmaf(pi[j], v[j * w3 + d], o);
           dl += dci[d] * o;
         }
       }
@@ -265,7 +268,7 @@ static inline __attribute__((always_inline)) void causal_item(const attn_self_at
         for (int64_t d = 0; d < hd; d++) {
           float acc = 0.0f;
           if (!row_hidden)
-            for (int64_t j = 0; j < n; j++) acc += pi[j] * v[j * w3 + d];
+            for (int64_t j = 0; j < n; j++) acc = fmaf(pi[j], v[j * w3 + d], acc);
           ci[d] = acc;
         }
       }
@@ -282,8 +285,8 @@ static inline __attribute__((always_inline)) void causal_item(const attn_self_at
   }
 }
 
-static void backward_tiny_causal(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
-                                 const attn_self_attention_grads *g) {
+ATTN_FMA_CLONES static void backward_tiny_causal(const attn_self_attention *m, const attn_tensor *x,
+                                                 const attn_tensor *dout, const attn_self_attention_grads *g) {
   int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
   int64_t dd = m->wq->size[0], hd = dd / m->heads;
   float buf[TINY_BWD_FLOATS];
@@ -300,15 +303,9 @@ static void backward_tiny_causal(const attn_self_attention *m, const attn_tensor
   }
 }
 
-void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
-                                       const attn_self_attention_grads *g) {
-  if (!m->mask && m->dropout_p == 0.0 &&
-      causal_scratch_floats(x->size[1], m->wq->size[0], m->heads) <= TINY_BWD_FLOATS) {
-    attn_tensor *all[8] = {g->dwq, g->dwk, g->dwv, g->dbq, g->dbk, g->dbv, g->dwo, g->dbo};
-    for (int i = 0; i < 8; i++) zero(all[i]);
-    backward_tiny_causal(m, x, dout, g);
-    return;
-  }
+/* Any tiny call (mask, dropout): the loops of the file's header comment. */
+ATTN_FMA_CLONES static void backward_tiny_general(const attn_self_attention *m, const attn_tensor *x,
+                                                  const attn_tensor *dout, const attn_self_attention_grads *g) {
   int64_t nb = x->size[0], n = x->size[1], d_in = x->size[2];
   int64_t dd = m->wq->size[0], h = m->heads, hd = dd / h, w3 = 3 * dd;
   float buf[TINY_BWD_FLOATS];
@@ -341,7 +338,7 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
           for (int64_t d = 0; d < hd; d++) {
             float acc = 0.0f;
             if (!hidden)
-              for (int64_t j = 0; j < n; j++) acc += s[j] * sl.v[j * sv + d];
+              for (int64_t j = 0; j < n; j++) acc = fmaf(s[j], sl.v[j * sv + d], acc);
             ci[d] = acc;
           }
         }
@@ -369,7 +366,7 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
         float dl = 0.0f;
         for (int64_t d = 0; d < hd; d++) {
           float o = 0.0f;
-          for (int64_t j = 0; j < n; j++) o += wi[j] * sl.v[j * sv + d];
+          for (int64_t j = 0; j < n; j++) o = fmaf(wi[j], sl.v[j * sv + d], o);
           dl += dci[d] * o;
         }
         /* dS_ij = P_ij (dW_ij F_ij - Dl_i), dW_ij = dC_i . V_j; dV_j += W_ij dC_i */
@@ -396,4 +393,16 @@ void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_
       if (dxb) input_grad(dqkv + i * dd, w3, n, dd, ws[i], dxb, d_in, i > 0);
     }
   }
+}
+
+void attn_self_attention_backward_tiny(const attn_self_attention *m, const attn_tensor *x, const attn_tensor *dout,
+                                       const attn_self_attention_grads *g) {
+  if (!m->mask && m->dropout_p == 0.0 &&
+      causal_scratch_floats(x->size[1], m->wq->size[0], m->heads) <= TINY_BWD_FLOATS) {
+    attn_tensor *all[8] = {g->dwq, g->dwk, g->dwv, g->dbq, g->dbk, g->dbv, g->dwo, g->dbo};
+    for (int i = 0; i < 8; i++) zero(all[i]);
+    backward_tiny_causal(m, x, dout, g);
+    return;
+  }
+  backward_tiny_general(m, x, dout, g);
 }
