@@ -207,12 +207,39 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
  *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape;
  *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed);
  *   want_dx false: x's gradient is neither computed nor returned (x does not require grad)
+ *   history, grads: autograd's tables (lua/attn/autograd/init.lua), given when the
+ *   backward walk accumulates into the leaves' .grad (see into_grad below)
  * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
- *    parameter (nil for a parameter the module lacks, and dx nil when not wanted). */
+ *    parameter (nil for a parameter the module lacks, and dx nil when not wanted;
+ *    false for one already added into its leaf's .grad). */
+
+/* Parameter gradients of up to this many floats in all are added into the
+ * leaves' .grad from the stack, without a tensor of their own. */
+#define INTO_GRAD_FLOATS 1024
+
+/* The .grad of parameter p (at stack slot arg) pushed, when the walk may add
+ * p's gradient into it in place (1): p a leaf that requires grad
+ * (history[p] == true) whose .grad (grads[p]) is a contiguous float tensor of
+ * p's shape. raw add_ into it is what the walk would do with the returned
+ * gradient (old:add_(g), the same bits), without the gradient's tensor.
+ * Otherwise pushes nothing (0). */
+static int push_into_grad(lua_State *L, int arg, const attn_tensor *p, const void *mt) {
+  lua_pushvalue(L, arg);
+  int leaf = lua_rawget(L, 25) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (!leaf) return 0;
+  lua_pushvalue(L, arg);
+  lua_rawget(L, 26);
+  const attn_tensor *g = attnL_test_mt(L, -1, mt);
+  if (g && !g->is_bool && attn_same_shape(g, p) && attn_is_contiguous(g)) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
 static int l_attention_backward(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
-  attnL_check_nargs(L, 24, BWD);
+  attnL_check_nargs(L, 26, BWD);
   int with_state = !lua_isnoneornil(L, 19);
   int want_dx = lua_isnoneornil(L, 24) || lua_toboolean(L, 24);
   if (!read_module(L, &m, &mask_corner))
@@ -244,6 +271,31 @@ static int l_attention_backward(lua_State *L) {
   attn_self_attention_grads g;
   attn_tensor dx3;
   g.dx = NULL;
+  /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
+  const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
+  static const int param_args[8] = {8, 9, 10, 11, 12, 13, 14, 15};
+  attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};
+  /* into_grad: the parameters whose gradient goes into their leaf's .grad
+   * (push_into_grad, each .grad pushed in turn below x and dout), computed
+   * into grad_floats first. Not when x is a leaf that requires grad: the walk
+   * adds x's gradient first (its edge comes first), which matters when x's
+   * .grad is a parameter's too. */
+  float grad_floats[INTO_GRAD_FLOATS];
+  attn_tensor into[8];
+  int into_at[8] = {0}, into_floats = 0;
+  if (lua_type(L, 25) == LUA_TTABLE && lua_type(L, 26) == LUA_TTABLE) {
+    const void *mt = lua_topointer(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    int x_leaf = lua_rawget(L, 25) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    for (int i = 0; !x_leaf && i < 8; i++) {
+      if (!params[i] || into_floats + attn_numel(params[i]) > INTO_GRAD_FLOATS) continue;
+      if (!push_into_grad(L, param_args[i], params[i], mt)) continue;
+      into_at[i] = lua_gettop(L);
+      into[i] = attn_make(grad_floats + into_floats, params[i]->ndim, params[i]->size);
+      into_floats += (int)attn_numel(params[i]);
+    }
+  }
   if (want_dx) {
     attn_tensor *dx = attnL_push_uninit(L, nd, x->size, BWD);
     dx3 = attn_make(dx->data, 3, s3);
@@ -251,11 +303,11 @@ static int l_attention_backward(lua_State *L) {
   } else {
     lua_pushnil(L);
   }
-  /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
-  const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
-  attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};
   for (int i = 0; i < 8; i++) {
-    if (params[i]) {
+    if (into_at[i]) {
+      *slots[i] = &into[i];
+      lua_pushboolean(L, 0);
+    } else if (params[i]) {
       *slots[i] = attnL_push_uninit(L, params[i]->ndim, params[i]->size, BWD);
     } else {
       *slots[i] = NULL;
@@ -267,6 +319,14 @@ static int l_attention_backward(lua_State *L) {
   attn_status st = kept ? attn_self_attention_backward_saved(&m, &x3, &dout3, &sv, &g)
                         : attn_self_attention_backward(&m, &x3, &dout3, &g);
   if (st != ATTN_OK) attnL_core_error(L, BWD);
+  for (int i = 0; i < 8; i++) { /* in the walk's order of the edges: .grad = .grad + gradient */
+    if (!into_at[i]) continue;
+    attn_tensor *t = lua_touserdata(L, into_at[i]);
+    const float *d = into[i].data;
+    int64_t e = attn_numel(t);
+    for (int64_t k = 0; k < e; k++) t->data[k] = t->data[k] + d[k];
+    attnL_bump_version(L, into_at[i], "Tensor:add_");
+  }
   return 9;
 }
 

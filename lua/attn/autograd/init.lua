@@ -284,6 +284,11 @@ end
 -- returns one per tensor input (nil: none). `dirty`: forward modifies its first
 -- tensor argument in place and returns it. `view`: the output shares the
 -- first input's memory (in-place writes to it are refused while it has history).
+-- `into_grad` (a node of one output): when the walk accumulates into `.grad`
+-- (backward, not autograd.grad) its backward gets the table of the leaves'
+-- gradients as a third argument, and may add a leaf input's gradient into
+-- that leaf's existing `.grad` itself (as the walk's add_ would, in the order
+-- of its edges) and return false for it.
 -- @param def table
 -- @return function
 function M.Function(def)
@@ -486,7 +491,8 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
     local node = ready[head]
     ready[head] = nil
     head = head + 1
-    local nout, backward, edges = node._nout, node._def.backward, node._edges
+    local def = node._def
+    local nout, backward, edges = node._nout, def.backward, node._edges
     local nedges = #edges
     -- r: the backward's results as a list; for a node of one input, its
     -- one gradient g1 and no table (r = nil)
@@ -495,7 +501,9 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       local g = buffers[node]
       if capture or g == nil then g = slot_grad(g, node, 1, capture, results) end
       buffers[node] = nil
-      if nedges == 1 then n1, g1 = count_first(backward(node, g)) else r = pack(backward(node, g)) end
+      if nedges == 1 then n1, g1 = count_first(backward(node, g))
+      elseif def.into_grad and not capture then r = pack(backward(node, g, grads))
+      else r = pack(backward(node, g)) end
     else
       local b = buffers[node] or {}
       buffers[node] = nil

@@ -17,6 +17,7 @@ local M = {}
 local is_tensor = require("attn.argcheck").is_tensor
 -- the fused call's name function (every recorded module call): the method itself, no __index
 local Tensor_mt, t_dim = core.Tensor_mt, core.Tensor.dim
+local history = autograd._history
 
 local function score_mod_tables(sm)
   local _, tables = core._score_program_info(sm)
@@ -250,7 +251,11 @@ M.fused_attention = autograd.Function{
     end
     return out
   end,
-  backward = function(ctx, g)
+  into_grad = true,
+  -- into: the walk's table of the leaves' .grad (backward, not autograd.grad);
+  -- the C backward adds the parameters' gradients into those they have
+  -- (their results false then)
+  backward = function(ctx, g, into)
     local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved =
       ctx:saved()
     local a = ctx.args
@@ -260,7 +265,8 @@ M.fused_attention = autograd.Function{
     -- x's gradient only when x requires grad (the notebooks' x is data)
     local need = ctx.needs_input_grad
     local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
-      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true)
+      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true,
+      into and history, into)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
     if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and bo == nil then
       -- CausalAttention's parameters, and MultiHeadAttention's with an out_proj
