@@ -173,6 +173,120 @@ static int l_attention_forward(lua_State *L) {
   return 7;
 }
 
+/* attention_record(history, Node, def, x, d_in, ..., mask): the recorded
+ * forward of attn.autograd.sdpa's fused_attention (an attn.autograd.Function
+ * whose definition is def) for a call whose backward recomputes (a tiny
+ * call, attn_self_attention_keeps 0), in one C call: the output, and its node
+ * as that Function's recording makes it (lua/attn/autograd/init.lua: the
+ * table of metatable Node with _name, _def, needs_input_grad, _edges, _nout,
+ * _shapes, _saved (every argument and the versions of the tensors, as
+ * ctx:save_for_backward saves them), node, slot and the forward's draw; the
+ * output's history entry is the node). Returns nothing when it leaves the
+ * call to that Function: a call the fused path does not take, one that keeps
+ * state, a stale input (the Function rebuilds its history or refuses it), or
+ * no input that requires grad. */
+#define RECORD_ARGS 16
+static int l_attention_record(lua_State *L) {
+  lua_settop(L, 3 + RECORD_ARGS);
+  lua_rotate(L, 1, -3); /* the forward's arguments at 1 .. 16, then history, Node, def */
+  const int history = RECORD_ARGS + 1, node_mt = RECORD_ARGS + 2, def = RECORD_ARGS + 3;
+  if (lua_type(L, history) != LUA_TTABLE || lua_type(L, node_mt) != LUA_TTABLE || lua_type(L, def) != LUA_TTABLE)
+    attnL_error(L, "attn.core.modules.attention_record", "bad arguments (expected history, Node and def tables)");
+  attn_self_attention m;
+  attn_tensor mask_corner;
+  if (!read_module(L, &m, &mask_corner)) return 0;
+  const void *mt = lua_topointer(L, lua_upvalueindex(1));
+  attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
+  int nd = x->ndim;
+  int64_t nb = 1;
+  for (int d = 0; d < nd - 2; d++) nb *= x->size[d];
+  int kernel;
+  int64_t saved_floats;
+  if (attn_self_attention_keeps(&m, nb, x->size[nd - 2], x->size[nd - 1], &kernel, &saved_floats)) return 0;
+  /* the tensor inputs in argument order, each one's history entry pushed in turn */
+  int idx[RECORD_ARGS], count = 0, requires = 0;
+  int entries = lua_gettop(L) + 1;
+  for (int i = 1; i <= RECORD_ARGS; i++) {
+    if (!attnL_test_mt(L, i, mt)) continue;
+    if (attnL_history_stale(L, i)) return 0;
+    idx[count++] = i;
+    lua_pushvalue(L, i);
+    if (lua_rawget(L, history) != LUA_TNIL && lua_toboolean(L, -1)) requires = 1;
+  }
+  if (!requires) return 0;
+
+  /* the forward (l_attention_forward's, returning the draw) */
+  if (attn_is_contiguous(x)) lua_pushvalue(L, 1);
+  else x = attnL_push_contiguous(L, 1, FN);
+  int64_t size[ATTN_MAX_DIMS];
+  for (int d = 0; d < nd; d++) size[d] = x->size[d];
+  size[nd - 1] = m.wq->size[0];
+  attn_tensor *out = attnL_push_uninit(L, nd, size, FN);
+  int out_at = lua_gettop(L);
+  int64_t s3[3] = {nb, size[nd - 2], x->size[nd - 1]}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
+  attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
+  int holder = 0;
+  if (m.dropout_p > 0.0) {
+    int64_t numel; /* -1: more than int64 counts */
+    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
+    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
+    holder = lua_gettop(L);
+  }
+  if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
+
+  /* the node */
+  lua_createtable(L, 0, 11);
+  int node = lua_gettop(L);
+  lua_pushvalue(L, node_mt);
+  lua_setmetatable(L, node);
+  lua_createtable(L, count, 0); /* needs_input_grad */
+  lua_createtable(L, count, 0); /* _edges */
+  for (int k = 0; k < count; k++) {
+    int h = entries + k, needs = lua_toboolean(L, h);
+    if (lua_type(L, h) == LUA_TTABLE) lua_pushvalue(L, h); /* the edge to the node that made it */
+    else if (needs) lua_pushvalue(L, idx[k]); /* a leaf: the edge is the tensor itself */
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, node + 2, k + 1);
+    lua_pushboolean(L, needs);
+    lua_rawseti(L, node + 1, k + 1);
+  }
+  lua_setfield(L, node, "_edges");
+  lua_setfield(L, node, "needs_input_grad");
+  const char *name = m.wo ? "ViewBackward0" : nd == 2 ? "MmBackward0" : "UnsafeViewBackward0";
+  lua_pushstring(L, name);
+  lua_setfield(L, node, "_name");
+  lua_pushvalue(L, def);
+  lua_setfield(L, node, "_def");
+  lua_pushinteger(L, 1);
+  lua_setfield(L, node, "_nout");
+  lua_pushlstring(L, (const char *)out->size, (size_t)nd * sizeof out->size[0]); /* the shape key */
+  lua_setfield(L, node, "_shapes");
+  /* _saved: {n, the n arguments, then the version of each tensor (false otherwise)} */
+  lua_createtable(L, 2 * RECORD_ARGS + 1, 0);
+  lua_pushinteger(L, RECORD_ARGS);
+  lua_rawseti(L, -2, 1);
+  for (int i = 1; i <= RECORD_ARGS; i++) {
+    lua_pushvalue(L, i);
+    lua_rawseti(L, -2, 1 + i);
+    if (attnL_test_mt(L, i, mt)) lua_pushinteger(L, attnL_version(L, i));
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, 1 + RECORD_ARGS + i);
+  }
+  lua_setfield(L, node, "_saved");
+  lua_pushvalue(L, node);
+  lua_setfield(L, node, "node");
+  lua_pushinteger(L, 1);
+  lua_setfield(L, node, "slot");
+  attnL_push_dropout_draw(L, m.dropout_draw, holder);
+  lua_setfield(L, node, "draw");
+  /* history[out] = node: the node is its one output's history entry */
+  lua_pushvalue(L, out_at);
+  lua_pushvalue(L, node);
+  lua_rawset(L, history);
+  lua_pushvalue(L, out_at);
+  return 1;
+}
+
 /* The training forward's state at arguments at .. at + 4 (qkv, o, c, saved,
  * kernel) into sv; 0 when argument at is nil (the backward recomputes). */
 static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in,
@@ -362,6 +476,7 @@ static int l_mask_kind(lua_State *L) {
 static const luaL_Reg funcs[] = {
     {"attention_forward", l_attention_forward},
     {"attention_backward", l_attention_backward},
+    {"attention_record", l_attention_record},
     {"mask_kind", l_mask_kind},
     {NULL, NULL},
 };

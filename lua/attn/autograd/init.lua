@@ -166,6 +166,7 @@ local Node = {}
 Node.__index = Node
 Node.__name = "attn.autograd.Node"
 function Node:name() return self._name end
+M._Node = Node -- the fused module call's recording in C makes its nodes (attn.autograd.sdpa)
 function Node.__tostring(n) return "<" .. n._name .. ">" end
 --- The edges to the inputs' nodes: a list of `{node, slot}` pairs (node is
 -- "AccumulateGrad" for a leaf, nil for an input without gradient), as PyTorch's next_functions.

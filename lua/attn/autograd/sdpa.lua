@@ -215,7 +215,7 @@ end
 -- path does not take the call (the module then runs module by module).
 -- Its node is torch's: `ViewBackward0` with out_proj (a Linear), else
 -- `UnsafeViewBackward0` (batched) or `MmBackward0` (2-D x).
-M.fused_attention = autograd.Function{
+local fused_def = {
   name = function(x, ...)
     if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
     return getmetatable(x) == Tensor_mt and t_dim(x) == 2 and "MmBackward0" or "UnsafeViewBackward0"
@@ -294,6 +294,20 @@ M.fused_attention = autograd.Function{
     return table.unpack(grads, 1, k)
   end,
 }
+local fused_recorded = autograd.Function(fused_def)
+
+-- A call whose backward recomputes (every tiny call) is recorded by one C
+-- call, attention_record, which makes the node fused_recorded would make (the
+-- same fields, saved arguments and versions, draw); any other call, and one
+-- with a stale input or no input that requires grad, goes through fused_recorded.
+local record, Node, grad_mode = core.modules.attention_record, autograd._Node, autograd.is_grad_enabled
+M.fused_attention = function(...)
+  if grad_mode() then
+    local out = record(history, Node, fused_def, ...)
+    if out ~= nil then return out end
+  end
+  return fused_recorded(...)
+end
 
 --- Put the recorded attention in the module table `attn`.
 -- @param attn the module table
