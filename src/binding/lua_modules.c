@@ -321,8 +321,10 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
  *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape;
  *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed);
  *   want_dx false: x's gradient is neither computed nor returned (x does not require grad)
- *   history, grads: autograd's tables (lua/attn/autograd/init.lua), given when the
- *   backward walk accumulates into the leaves' .grad (see into_grad below)
+ *   edges, grads: the recorded node's edges (one per tensor argument, in
+ *   argument order: the tensor itself for a leaf that requires grad) and
+ *   autograd's table of the leaves' .grad (lua/attn/autograd/init.lua), given
+ *   when the backward walk accumulates into .grad (see push_into_grad)
  * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
  *    parameter (nil for a parameter the module lacks, and dx nil when not wanted;
  *    false for one already added into its leaf's .grad). */
@@ -331,17 +333,24 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
  * leaves' .grad from the stack, without a tensor of their own. */
 #define INTO_GRAD_FLOATS 1024
 
-/* The .grad of parameter p (at stack slot arg) pushed, when the walk may add
- * p's gradient into it in place (1): p a leaf that requires grad
- * (history[p] == true) whose .grad (grads[p]) is a contiguous float tensor of
- * p's shape. raw add_ into it is what the walk would do with the returned
- * gradient (old:add_(g), the same bits), without the gradient's tensor.
- * Otherwise pushes nothing (0). */
-static int push_into_grad(lua_State *L, int arg, const attn_tensor *p, const void *mt) {
-  lua_pushvalue(L, arg);
-  int leaf = lua_rawget(L, 25) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+/* Whether the tensor at stack slot arg is the node's edge `input` (the edges
+ * at argument 25): a leaf that requires grad, whose gradient the walk adds
+ * into its .grad. */
+static int is_leaf_edge(lua_State *L, int arg, int input) {
+  lua_rawgeti(L, 25, input);
+  int leaf = lua_rawequal(L, -1, arg);
   lua_pop(L, 1);
-  if (!leaf) return 0;
+  return leaf;
+}
+
+/* The .grad of parameter p (at stack slot arg, tensor argument `input` of
+ * the call) pushed, when the walk may add p's gradient into it in place (1):
+ * p's edge is p itself (a leaf that requires grad) and its .grad (grads[p])
+ * is a contiguous float tensor of p's shape. raw add_ into it is what the
+ * walk would do with the returned gradient (old:add_(g), the same bits),
+ * without the gradient's tensor. Otherwise pushes nothing (0). */
+static int push_into_grad(lua_State *L, int arg, int input, const attn_tensor *p, const void *mt) {
+  if (!is_leaf_edge(L, arg, input)) return 0;
   lua_pushvalue(L, arg);
   lua_rawget(L, 26);
   const attn_tensor *g = attnL_test_mt(L, -1, mt);
@@ -399,12 +408,12 @@ static int l_attention_backward(lua_State *L) {
   int into_at[8] = {0}, into_floats = 0;
   if (lua_type(L, 25) == LUA_TTABLE && lua_type(L, 26) == LUA_TTABLE) {
     const void *mt = lua_topointer(L, lua_upvalueindex(1));
-    lua_pushvalue(L, 1);
-    int x_leaf = lua_rawget(L, 25) == LUA_TBOOLEAN && lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    int input = 1, x_leaf = is_leaf_edge(L, 1, 1); /* input: the tensor argument's position, x's first */
     for (int i = 0; !x_leaf && i < 8; i++) {
-      if (!params[i] || into_floats + attn_numel(params[i]) > INTO_GRAD_FLOATS) continue;
-      if (!push_into_grad(L, param_args[i], params[i], mt)) continue;
+      if (!params[i]) continue;
+      input++;
+      if (into_floats + attn_numel(params[i]) > INTO_GRAD_FLOATS) continue;
+      if (!push_into_grad(L, param_args[i], input, params[i], mt)) continue;
       into_at[i] = lua_gettop(L);
       into[i] = attn_make(grad_floats + into_floats, params[i]->ndim, params[i]->size);
       into_floats += (int)attn_numel(params[i]);
@@ -442,6 +451,65 @@ static int l_attention_backward(lua_State *L) {
     attnL_bump_version(L, into_at[i], "Tensor:add_");
   }
   return 9;
+}
+
+/* attention_node_backward(node, g[, grads]): the backward of a node
+ * attention_record made (its definition's backward; the walk passes grads,
+ * its table of the leaves' .grad, when it accumulates into them): the
+ * saved arguments read back from node._saved with their versions checked
+ * (Node:saved raises the error when one was written in place, or when the
+ * graph was freed), then attention_backward on them with the node's draw,
+ * x's gradient only when x needs one, and the parameters' gradients added
+ * into their leaves' .grad where push_into_grad allows. Returns one gradient
+ * per tensor input but the mask, in input order (nil where none is needed,
+ * or where it was added into .grad), as the Lua backward of the same node. */
+static int l_attention_node_backward(lua_State *L) {
+  const void *mt = lua_topointer(L, lua_upvalueindex(1));
+  lua_settop(L, 3);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "_saved");           /* 4 */
+  lua_getfield(L, 1, "needs_input_grad"); /* 5 */
+  lua_getfield(L, 1, "_edges");           /* 6 */
+  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 5) == LUA_TTABLE && lua_type(L, 6) == LUA_TTABLE &&
+           lua_rawgeti(L, 4, 1) == LUA_TNUMBER && lua_tointeger(L, -1) == RECORD_ARGS;
+  lua_settop(L, 6);
+  luaL_checkstack(L, RECORD_ARGS + 24, "attention_node_backward");
+  lua_pushvalue(L, lua_upvalueindex(2)); /* attention_backward at 7, its 26 arguments from 8 */
+  for (int i = 1; ok && i <= RECORD_ARGS; i++) {
+    lua_rawgeti(L, 4, 1 + i);
+    if (attnL_test_mt(L, -1, mt)) {
+      lua_rawgeti(L, 4, 1 + RECORD_ARGS + i);
+      ok = lua_isinteger(L, -1) && lua_tointeger(L, -1) == attnL_version(L, -2);
+      lua_pop(L, 1);
+    }
+  }
+  if (!ok) {
+    lua_getfield(L, 1, "saved"); /* Node:saved, which raises the error */
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 0);
+    attnL_error(L, BWD, "bad argument #1 'node' (expected a node attention_record made)");
+  }
+  lua_pushvalue(L, 2); /* dout */
+  lua_getfield(L, 1, "draw");
+  for (int i = 0; i < 5; i++) lua_pushnil(L); /* no kept state: the backward recomputes */
+  lua_rawgeti(L, 5, 1);                       /* want_dx: x needs a gradient */
+  int into = lua_type(L, 3) == LUA_TTABLE;
+  if (into) lua_pushvalue(L, 6);
+  else lua_pushnil(L);
+  lua_pushvalue(L, 3);
+  lua_call(L, 26, 9); /* dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo at 7 .. 15 */
+  /* one gradient per tensor input (x, then the parameters present), nil where not needed */
+  int k = 0;
+  for (int r = 7; r <= 15; r++) {
+    if (r > 7 && lua_isnil(L, r)) continue; /* a parameter the module lacks */
+    k++;
+    lua_rawgeti(L, 5, k);
+    int need = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (need && lua_type(L, r) == LUA_TUSERDATA) lua_pushvalue(L, r);
+    else lua_pushnil(L);
+  }
+  return k;
 }
 
 /* mask_kind(mask[, n]): how a mask applies. With n, mask is a module's 2-D
@@ -485,5 +553,9 @@ void attnL_open_modules(lua_State *L) {
   lua_newtable(L);
   lua_pushvalue(L, -2); /* the tensor metatable: upvalue 1 (read_module's tensor test) */
   luaL_setfuncs(L, funcs, 1);
+  lua_pushvalue(L, -2); /* attention_node_backward: the metatable and attention_backward */
+  lua_getfield(L, -2, "attention_backward");
+  lua_pushcclosure(L, l_attention_node_backward, 2);
+  lua_setfield(L, -2, "attention_node_backward");
   lua_setfield(L, -4, "modules"); /* module, methods, metatable, this */
 }

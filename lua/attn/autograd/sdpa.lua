@@ -266,7 +266,7 @@ local fused_def = {
     local need = ctx.needs_input_grad
     local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
       p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true,
-      into and history, into)
+      into and ctx._edges, into)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
     if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and bo == nil then
       -- CausalAttention's parameters, and MultiHeadAttention's with an out_proj
@@ -300,10 +300,13 @@ local fused_recorded = autograd.Function(fused_def)
 -- call, attention_record, which makes the node fused_recorded would make (the
 -- same fields, saved arguments and versions, draw); any other call, and one
 -- with a stale input or no input that requires grad, goes through fused_recorded.
+-- Its node's backward is attention_node_backward: fused_def's backward in one
+-- C call (the saved arguments read and checked there).
 local record, Node, grad_mode = core.modules.attention_record, autograd._Node, autograd.is_grad_enabled
+local recorded_def = { backward = core.modules.attention_node_backward, into_grad = true }
 M.fused_attention = function(...)
   if grad_mode() then
-    local out = record(history, Node, fused_def, ...)
+    local out = record(history, Node, recorded_def, ...)
     if out ~= nil then return out end
   end
   return fused_recorded(...)
