@@ -186,6 +186,24 @@ static int l_attention_forward(lua_State *L) {
  * state, a stale input (the Function rebuilds its history or refuses it), or
  * no input that requires grad. */
 #define RECORD_ARGS 16
+
+/* The node's field names, in the order of the upvalues 2 .. of attention_record
+ * (interned once: lua_setfield would look each name up on every call). */
+static const char *const NODE_FIELDS[] = {"_edges", "needs_input_grad", "_name", "_def", "_nout", "_shapes",
+                                          "_saved", "node", "slot", "draw"};
+#define NODE_FIELD_COUNT ((int)(sizeof NODE_FIELDS / sizeof NODE_FIELDS[0]))
+
+/* node[NODE_FIELDS[k]] = the value on top (popped) */
+static void set_node_field(lua_State *L, int node, int k) {
+  lua_pushvalue(L, lua_upvalueindex(2 + k));
+  lua_insert(L, -2);
+  lua_rawset(L, node);
+}
+
+/* Whether argument i (1 .. 16) of a call read_module took is a tensor: x, and
+ * any of the parameters and the mask given (read_module refused anything else). */
+static int is_tensor_arg(lua_State *L, int i) { return i == 1 || (i >= 8 && !lua_isnil(L, i)); }
+
 static int l_attention_record(lua_State *L) {
   lua_settop(L, 3 + RECORD_ARGS);
   lua_rotate(L, 1, -3); /* the forward's arguments at 1 .. 16, then history, Node, def */
@@ -195,7 +213,6 @@ static int l_attention_record(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
   if (!read_module(L, &m, &mask_corner)) return 0;
-  const void *mt = lua_topointer(L, lua_upvalueindex(1));
   attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
   int nd = x->ndim;
   int64_t nb = 1;
@@ -207,7 +224,7 @@ static int l_attention_record(lua_State *L) {
   int idx[RECORD_ARGS], count = 0, requires = 0;
   int entries = lua_gettop(L) + 1;
   for (int i = 1; i <= RECORD_ARGS; i++) {
-    if (!attnL_test_mt(L, i, mt)) continue;
+    if (!is_tensor_arg(L, i)) continue;
     if (attnL_history_stale(L, i)) return 0;
     idx[count++] = i;
     lua_pushvalue(L, i);
@@ -250,17 +267,17 @@ static int l_attention_record(lua_State *L) {
     lua_pushboolean(L, needs);
     lua_rawseti(L, node + 1, k + 1);
   }
-  lua_setfield(L, node, "_edges");
-  lua_setfield(L, node, "needs_input_grad");
+  set_node_field(L, node, 0); /* _edges */
+  set_node_field(L, node, 1); /* needs_input_grad */
   const char *name = m.wo ? "ViewBackward0" : nd == 2 ? "MmBackward0" : "UnsafeViewBackward0";
   lua_pushstring(L, name);
-  lua_setfield(L, node, "_name");
+  set_node_field(L, node, 2); /* _name */
   lua_pushvalue(L, def);
-  lua_setfield(L, node, "_def");
+  set_node_field(L, node, 3); /* _def */
   lua_pushinteger(L, 1);
-  lua_setfield(L, node, "_nout");
+  set_node_field(L, node, 4); /* _nout */
   lua_pushlstring(L, (const char *)out->size, (size_t)nd * sizeof out->size[0]); /* the shape key */
-  lua_setfield(L, node, "_shapes");
+  set_node_field(L, node, 5); /* _shapes */
   /* _saved: {n, the n arguments, then the version of each tensor (false otherwise)} */
   lua_createtable(L, 2 * RECORD_ARGS + 1, 0);
   lua_pushinteger(L, RECORD_ARGS);
@@ -268,17 +285,17 @@ static int l_attention_record(lua_State *L) {
   for (int i = 1; i <= RECORD_ARGS; i++) {
     lua_pushvalue(L, i);
     lua_rawseti(L, -2, 1 + i);
-    if (attnL_test_mt(L, i, mt)) lua_pushinteger(L, attnL_version(L, i));
+    if (is_tensor_arg(L, i)) lua_pushinteger(L, attnL_version(L, i));
     else lua_pushboolean(L, 0);
     lua_rawseti(L, -2, 1 + RECORD_ARGS + i);
   }
-  lua_setfield(L, node, "_saved");
+  set_node_field(L, node, 6); /* _saved */
   lua_pushvalue(L, node);
-  lua_setfield(L, node, "node");
+  set_node_field(L, node, 7); /* node */
   lua_pushinteger(L, 1);
-  lua_setfield(L, node, "slot");
+  set_node_field(L, node, 8); /* slot */
   attnL_push_dropout_draw(L, m.dropout_draw, holder);
-  lua_setfield(L, node, "draw");
+  set_node_field(L, node, 9); /* draw */
   /* history[out] = node: the node is its one output's history entry */
   lua_pushvalue(L, out_at);
   lua_pushvalue(L, node);
@@ -544,7 +561,6 @@ static int l_mask_kind(lua_State *L) {
 static const luaL_Reg funcs[] = {
     {"attention_forward", l_attention_forward},
     {"attention_backward", l_attention_backward},
-    {"attention_record", l_attention_record},
     {"mask_kind", l_mask_kind},
     {NULL, NULL},
 };
@@ -553,6 +569,10 @@ void attnL_open_modules(lua_State *L) {
   lua_newtable(L);
   lua_pushvalue(L, -2); /* the tensor metatable: upvalue 1 (read_module's tensor test) */
   luaL_setfuncs(L, funcs, 1);
+  lua_pushvalue(L, -2); /* attention_record: the metatable and the node's field names */
+  for (int k = 0; k < NODE_FIELD_COUNT; k++) lua_pushstring(L, NODE_FIELDS[k]);
+  lua_pushcclosure(L, l_attention_record, 1 + NODE_FIELD_COUNT);
+  lua_setfield(L, -2, "attention_record");
   lua_pushvalue(L, -2); /* attention_node_backward: the metatable and attention_backward */
   lua_getfield(L, -2, "attention_backward");
   lua_pushcclosure(L, l_attention_node_backward, 2);
