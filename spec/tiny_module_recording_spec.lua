@@ -45,8 +45,10 @@ describe("a tiny fused module call's recording", function()
       assert.same({ nil, 0 }, nf[1])
       for i = 2, nparams + 1 do assert.same({ "AccumulateGrad", 0 }, nf[i]) end
       assert.same({ nil, 0 }, nf[nparams + 2])
-      assert.same({ false, true, true, true }, { node.needs_input_grad[1], node.needs_input_grad[2],
-                                                  node.needs_input_grad[3], node.needs_input_grad[4] })
+      -- the edges: false for x, each weight itself (a leaf)
+      local params = m:parameters()
+      assert.is_false(node._edges[1])
+      for i = 1, nparams do assert.is_true(rawequal(params[i], node._edges[i + 1]), name .. " edge " .. i) end
     end
   end)
 

@@ -177,11 +177,13 @@ static int l_attention_forward(lua_State *L) {
  * forward of attn.autograd.sdpa's fused_attention (an attn.autograd.Function
  * whose definition is def) for a call whose backward recomputes (a tiny
  * call, attn_self_attention_keeps 0), in one C call: the output, and its node
- * as that Function's recording makes it (lua/attn/autograd/init.lua: the
- * table of metatable Node with _name, _def, needs_input_grad, _edges, _nout,
- * _shapes, _saved (every argument and the versions of the tensors, as
- * ctx:save_for_backward saves them), node, slot and the forward's draw; the
- * output's history entry is the node). Returns nothing when it leaves the
+ * (lua/attn/autograd/init.lua: a table of metatable Node with the fields the
+ * walk reads, _name, _def, _edges, _nout, _shapes, _saved, node and slot; the
+ * output's history entry is the node). _saved is what ctx:save_for_backward
+ * keeps (every argument, then the versions of the tensors), and after those
+ * the forward's draw. Its backward is attention_node_backward's: no
+ * needs_input_grad (an edge is false where no gradient is needed), eight
+ * fields (the smallest hash part that holds them). Returns nothing when it leaves the
  * call to that Function: a call the fused path does not take, one that keeps
  * state, a stale input (the Function rebuilds its history or refuses it), or
  * no input that requires grad. */
@@ -189,8 +191,7 @@ static int l_attention_forward(lua_State *L) {
 
 /* The node's field names, in the order of the upvalues 2 .. of attention_record
  * (interned once: lua_setfield would look each name up on every call). */
-static const char *const NODE_FIELDS[] = {"_edges", "needs_input_grad", "_name", "_def", "_nout", "_shapes",
-                                          "_saved", "node", "slot", "draw"};
+static const char *const NODE_FIELDS[] = {"_edges", "_name", "_def", "_nout", "_shapes", "_saved", "node", "slot"};
 #define NODE_FIELD_COUNT ((int)(sizeof NODE_FIELDS / sizeof NODE_FIELDS[0]))
 
 /* node[NODE_FIELDS[k]] = the value on top (popped) */
@@ -252,34 +253,31 @@ static int l_attention_record(lua_State *L) {
   if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
 
   /* the node */
-  lua_createtable(L, 0, 11);
+  lua_createtable(L, 0, NODE_FIELD_COUNT);
   int node = lua_gettop(L);
   lua_pushvalue(L, node_mt);
   lua_setmetatable(L, node);
-  lua_createtable(L, count, 0); /* needs_input_grad */
   lua_createtable(L, count, 0); /* _edges */
   for (int k = 0; k < count; k++) {
-    int h = entries + k, needs = lua_toboolean(L, h);
+    int h = entries + k;
     if (lua_type(L, h) == LUA_TTABLE) lua_pushvalue(L, h); /* the edge to the node that made it */
-    else if (needs) lua_pushvalue(L, idx[k]); /* a leaf: the edge is the tensor itself */
+    else if (lua_toboolean(L, h)) lua_pushvalue(L, idx[k]); /* a leaf: the edge is the tensor itself */
     else lua_pushboolean(L, 0);
-    lua_rawseti(L, node + 2, k + 1);
-    lua_pushboolean(L, needs);
     lua_rawseti(L, node + 1, k + 1);
   }
   set_node_field(L, node, 0); /* _edges */
-  set_node_field(L, node, 1); /* needs_input_grad */
   const char *name = m.wo ? "ViewBackward0" : nd == 2 ? "MmBackward0" : "UnsafeViewBackward0";
   lua_pushstring(L, name);
-  set_node_field(L, node, 2); /* _name */
+  set_node_field(L, node, 1); /* _name */
   lua_pushvalue(L, def);
-  set_node_field(L, node, 3); /* _def */
+  set_node_field(L, node, 2); /* _def */
   lua_pushinteger(L, 1);
-  set_node_field(L, node, 4); /* _nout */
+  set_node_field(L, node, 3); /* _nout */
   lua_pushlstring(L, (const char *)out->size, (size_t)nd * sizeof out->size[0]); /* the shape key */
-  set_node_field(L, node, 5); /* _shapes */
-  /* _saved: {n, the n arguments, then the version of each tensor (false otherwise)} */
-  lua_createtable(L, 2 * RECORD_ARGS + 1, 0);
+  set_node_field(L, node, 4); /* _shapes */
+  /* _saved: {n, the n arguments, then the version of each tensor (false
+   * otherwise), then the draw} */
+  lua_createtable(L, 2 * RECORD_ARGS + 2, 0);
   lua_pushinteger(L, RECORD_ARGS);
   lua_rawseti(L, -2, 1);
   for (int i = 1; i <= RECORD_ARGS; i++) {
@@ -289,13 +287,13 @@ static int l_attention_record(lua_State *L) {
     else lua_pushboolean(L, 0);
     lua_rawseti(L, -2, 1 + RECORD_ARGS + i);
   }
-  set_node_field(L, node, 6); /* _saved */
-  lua_pushvalue(L, node);
-  set_node_field(L, node, 7); /* node */
-  lua_pushinteger(L, 1);
-  set_node_field(L, node, 8); /* slot */
   attnL_push_dropout_draw(L, m.dropout_draw, holder);
-  set_node_field(L, node, 9); /* draw */
+  lua_rawseti(L, -2, 2 * RECORD_ARGS + 2);
+  set_node_field(L, node, 5); /* _saved */
+  lua_pushvalue(L, node);
+  set_node_field(L, node, 6); /* node */
+  lua_pushinteger(L, 1);
+  set_node_field(L, node, 7); /* slot */
   /* history[out] = node: the node is its one output's history entry */
   lua_pushvalue(L, out_at);
   lua_pushvalue(L, node);
@@ -484,10 +482,10 @@ static int l_attention_node_backward(lua_State *L) {
   const void *mt = lua_topointer(L, lua_upvalueindex(1));
   lua_settop(L, 3);
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_getfield(L, 1, "_saved");           /* 4 */
-  lua_getfield(L, 1, "needs_input_grad"); /* 5 */
-  lua_getfield(L, 1, "_edges");           /* 6 */
-  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 5) == LUA_TTABLE && lua_type(L, 6) == LUA_TTABLE &&
+  lua_getfield(L, 1, "_saved"); /* 4 */
+  lua_pushnil(L);               /* 5: unused */
+  lua_getfield(L, 1, "_edges"); /* 6: false where no gradient is needed */
+  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 6) == LUA_TTABLE &&
            lua_rawgeti(L, 4, 1) == LUA_TNUMBER && lua_tointeger(L, -1) == RECORD_ARGS;
   lua_settop(L, 6);
   luaL_checkstack(L, RECORD_ARGS + 24, "attention_node_backward");
@@ -507,9 +505,9 @@ static int l_attention_node_backward(lua_State *L) {
     attnL_error(L, BWD, "bad argument #1 'node' (expected a node attention_record made)");
   }
   lua_pushvalue(L, 2); /* dout */
-  lua_getfield(L, 1, "draw");
+  lua_rawgeti(L, 4, 2 * RECORD_ARGS + 2); /* the draw */
   for (int i = 0; i < 5; i++) lua_pushnil(L); /* no kept state: the backward recomputes */
-  lua_rawgeti(L, 5, 1);                       /* want_dx: x needs a gradient */
+  lua_rawgeti(L, 6, 1);                       /* want_dx: x needs a gradient (its edge) */
   int into = lua_type(L, 3) == LUA_TTABLE;
   if (into) lua_pushvalue(L, 6);
   else lua_pushnil(L);
@@ -520,7 +518,7 @@ static int l_attention_node_backward(lua_State *L) {
   for (int r = 7; r <= 15; r++) {
     if (r > 7 && lua_isnil(L, r)) continue; /* a parameter the module lacks */
     k++;
-    lua_rawgeti(L, 5, k);
+    lua_rawgeti(L, 6, k);
     int need = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (need && lua_type(L, r) == LUA_TUSERDATA) lua_pushvalue(L, r);
