@@ -374,10 +374,18 @@ static int push_into_grad(lua_State *L, int arg, int input, const attn_tensor *p
   return 0;
 }
 
+static int attention_backward_at(lua_State *L);
+
 static int l_attention_backward(lua_State *L) {
+  attnL_check_nargs(L, 26, BWD);
+  return attention_backward_at(L);
+}
+
+/* attention_backward on its arguments at 1 .. 26, whatever lies above them;
+ * its 9 results on top. */
+static int attention_backward_at(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
-  attnL_check_nargs(L, 26, BWD);
   int with_state = !lua_isnoneornil(L, 19);
   int want_dx = lua_isnoneornil(L, 24) || lua_toboolean(L, 24);
   if (!read_module(L, &m, &mask_corner))
@@ -479,20 +487,18 @@ static int l_attention_backward(lua_State *L) {
  * per tensor input but the mask, in input order (nil where none is needed,
  * or where it was added into .grad), as the Lua backward of the same node. */
 static int l_attention_node_backward(lua_State *L) {
-  const void *mt = lua_topointer(L, lua_upvalueindex(1));
   lua_settop(L, 3);
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "_saved"); /* 4 */
-  lua_pushnil(L);               /* 5: unused */
-  lua_getfield(L, 1, "_edges"); /* 6: false where no gradient is needed */
-  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 6) == LUA_TTABLE &&
+  lua_getfield(L, 1, "_edges"); /* 5: false where no gradient is needed */
+  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 5) == LUA_TTABLE &&
            lua_rawgeti(L, 4, 1) == LUA_TNUMBER && lua_tointeger(L, -1) == RECORD_ARGS;
-  lua_settop(L, 6);
+  lua_settop(L, 5);
   luaL_checkstack(L, RECORD_ARGS + 24, "attention_node_backward");
-  lua_pushvalue(L, lua_upvalueindex(2)); /* attention_backward at 7, its 26 arguments from 8 */
+  /* attention_backward's 26 arguments from 6: the saved ones, then dout .. grads */
   for (int i = 1; ok && i <= RECORD_ARGS; i++) {
-    lua_rawgeti(L, 4, 1 + i);
-    if (attnL_test_mt(L, -1, mt)) {
+    /* a userdata there is a tensor attention_record saved (read_module checks them again) */
+    if (lua_rawgeti(L, 4, 1 + i) == LUA_TUSERDATA) {
       lua_rawgeti(L, 4, 1 + RECORD_ARGS + i);
       ok = lua_isinteger(L, -1) && lua_tointeger(L, -1) == attnL_version(L, -2);
       lua_pop(L, 1);
@@ -507,18 +513,21 @@ static int l_attention_node_backward(lua_State *L) {
   lua_pushvalue(L, 2); /* dout */
   lua_rawgeti(L, 4, 2 * RECORD_ARGS + 2); /* the draw */
   for (int i = 0; i < 5; i++) lua_pushnil(L); /* no kept state: the backward recomputes */
-  lua_rawgeti(L, 6, 1);                       /* want_dx: x needs a gradient (its edge) */
+  lua_rawgeti(L, 5, 1);                       /* want_dx: x needs a gradient (its edge) */
   int into = lua_type(L, 3) == LUA_TTABLE;
-  if (into) lua_pushvalue(L, 6);
+  if (into) lua_pushvalue(L, 5);
   else lua_pushnil(L);
   lua_pushvalue(L, 3);
-  lua_call(L, 26, 9); /* dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo at 7 .. 15 */
+  lua_rotate(L, 1, -5); /* the arguments at 1 .. 26, then node, g, grads, saved, edges */
+  const int edges = 31;
+  attention_backward_at(L); /* dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo on top */
+  int first = lua_gettop(L) - 8;
   /* one gradient per tensor input (x, then the parameters present), nil where not needed */
   int k = 0;
-  for (int r = 7; r <= 15; r++) {
-    if (r > 7 && lua_isnil(L, r)) continue; /* a parameter the module lacks */
+  for (int r = first; r <= first + 8; r++) {
+    if (r > first && lua_isnil(L, r)) continue; /* a parameter the module lacks */
     k++;
-    lua_rawgeti(L, 6, k);
+    lua_rawgeti(L, edges, k);
     int need = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (need && lua_type(L, r) == LUA_TUSERDATA) lua_pushvalue(L, r);
@@ -571,9 +580,8 @@ void attnL_open_modules(lua_State *L) {
   for (int k = 0; k < NODE_FIELD_COUNT; k++) lua_pushstring(L, NODE_FIELDS[k]);
   lua_pushcclosure(L, l_attention_record, 1 + NODE_FIELD_COUNT);
   lua_setfield(L, -2, "attention_record");
-  lua_pushvalue(L, -2); /* attention_node_backward: the metatable and attention_backward */
-  lua_getfield(L, -2, "attention_backward");
-  lua_pushcclosure(L, l_attention_node_backward, 2);
+  lua_pushvalue(L, -2); /* attention_node_backward: the metatable */
+  lua_pushcclosure(L, l_attention_node_backward, 1);
   lua_setfield(L, -2, "attention_node_backward");
   lua_setfield(L, -4, "modules"); /* module, methods, metatable, this */
 }
