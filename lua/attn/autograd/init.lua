@@ -289,7 +289,7 @@ end
 -- (backward, not autograd.grad) its backward gets the table of the leaves'
 -- gradients as a third argument, and may add a leaf input's gradient into
 -- that leaf's existing `.grad` itself (as the walk's add_ would, in the order
--- of its edges) and return false for it.
+-- of its edges) and return nil for it.
 -- @param def table
 -- @return function
 function M.Function(def)

@@ -210,11 +210,10 @@ end
 
 -- ------------------------------------------------------------ fused modules
 
---- The fused module forward that records (CausalAttention, MultiHeadAttention):
--- the arguments of `attn.core.modules.attention_forward`; nil when the fused
--- path does not take the call (the module then runs module by module).
--- Its node is torch's: `ViewBackward0` with out_proj (a Linear), else
--- `UnsafeViewBackward0` (batched) or `MmBackward0` (2-D x).
+-- The definition of the fused module forward's recording as an
+-- autograd.Function (M.fused_attention below): its node is torch's:
+-- `ViewBackward0` with out_proj (a Linear), else `UnsafeViewBackward0`
+-- (batched) or `MmBackward0` (2-D x).
 local fused_def = {
   name = function(x, ...)
     if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
@@ -254,7 +253,7 @@ local fused_def = {
   into_grad = true,
   -- into: the walk's table of the leaves' .grad (backward, not autograd.grad);
   -- the C backward adds the parameters' gradients into those they have
-  -- (their results false then)
+  -- (its results false for them, returned as nil)
   backward = function(ctx, g, into)
     local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved =
       ctx:saved()
@@ -296,15 +295,19 @@ local fused_def = {
 }
 local fused_recorded = autograd.Function(fused_def)
 
--- A call whose backward recomputes (every tiny call) is recorded by one C
--- call, attention_record, which makes the node fused_recorded would make (the
--- same fields, saved arguments and versions, draw); any other call, and one
--- with a stale input or no input that requires grad, goes through fused_recorded.
--- Its node's backward is attention_node_backward: fused_def's backward in one
--- C call (the saved arguments read and checked there).
 local record, Node, grad_mode = core.modules.attention_record, autograd._Node, autograd.is_grad_enabled
 local recorded_def = { backward = core.modules.attention_node_backward, into_grad = true }
-M.fused_attention = function(...)
+
+--- The fused module forward that records (CausalAttention, MultiHeadAttention):
+-- the arguments of `attn.core.modules.attention_forward`; nil when the fused
+-- path does not take the call (the module then runs module by module).
+-- A call whose backward recomputes (every tiny call) is recorded by one C
+-- call, attention_record: the node fused_def's recording would make (name,
+-- edges, saved arguments and their versions, the draw), whose backward is
+-- attention_node_backward, fused_def's backward in one C call (the saved
+-- arguments read and checked there). Any other call, and one with a stale
+-- input or no input that requires grad, goes through the Function.
+function M.fused_attention(...)
   if grad_mode() then
     local out = record(history, Node, recorded_def, ...)
     if out ~= nil then return out end
