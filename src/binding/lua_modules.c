@@ -485,7 +485,8 @@ static int attention_backward_at(lua_State *L) {
  * x's gradient only when x needs one, and the parameters' gradients added
  * into their leaves' .grad where push_into_grad allows. Returns one gradient
  * per tensor input but the mask, in input order (nil where none is needed,
- * or where it was added into .grad), as the Lua backward of the same node. */
+ * or where it was added into .grad), as the Lua backward of the same node,
+ * without the trailing nils. */
 static int l_attention_node_backward(lua_State *L) {
   lua_settop(L, 3);
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -533,6 +534,9 @@ static int l_attention_node_backward(lua_State *L) {
     if (need && lua_type(L, r) == LUA_TUSERDATA) lua_pushvalue(L, r);
     else lua_pushnil(L);
   }
+  /* trailing nils left off: none at all (nothing for the walk to unpack) when
+   * every gradient went into .grad */
+  while (k > 0 && lua_isnil(L, -1)) lua_pop(L, 1), k--;
   return k;
 }
 

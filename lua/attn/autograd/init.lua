@@ -484,6 +484,13 @@ local collect = collectgarbage
 -- how many values, and the first: a backward's results without a table
 local function count_first(...) return select_("#", ...), (...) end
 
+-- an into_grad backward's results as a list, nil for none (every gradient
+-- added into .grad, or none needed): no table then
+local function pack_some(...)
+  if select_("#", ...) == 0 then return nil end
+  return pack(...)
+end
+
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
   local heap = heap_kb()
@@ -503,7 +510,7 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       if capture or g == nil then g = slot_grad(g, node, 1, capture, results) end
       buffers[node] = nil
       if nedges == 1 then n1, g1 = count_first(backward(node, g))
-      elseif def.into_grad and not capture then r = pack(backward(node, g, grads))
+      elseif def.into_grad and not capture then r = pack_some(backward(node, g, grads))
       else r = pack(backward(node, g)) end
     else
       local b = buffers[node] or {}
@@ -575,7 +582,7 @@ local function walk_chain(node, g, retain)
     if g == nil then g = raw_zeros(shape_sizes(slot_shape(node, 1))) end
     local r, n1, g1
     if nedges == 1 then n1, g1 = count_first(backward(node, g))
-    elseif def.into_grad then r = pack(backward(node, g, grads))
+    elseif def.into_grad then r = pack_some(backward(node, g, grads))
     else r = pack(backward(node, g)) end
     if r then
       if r.n == 1 and type_(r[1]) == "table" and getmetatable(r[1]) ~= Tensor_mt then r = r[1] end
