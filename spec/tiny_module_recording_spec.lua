@@ -208,6 +208,23 @@ describe("attn.core.modules.attention_backward with the node's edges and the .gr
   end)
 end)
 
+describe("attention_record and attention_node_backward given what they do not take", function()
+  it("name the function, the argument, what was expected and what came", function()
+    local ok, err = pcall(modules.attention_record, {}, 5, {})
+    assert.is_false(ok)
+    assert.truthy(err:find("attn.core.modules.attention_record: bad argument #2 'Node' (expected a table, got number)",
+      1, true), err)
+    ok, err = pcall(modules.attention_node_backward, "node", attn.ones(1))
+    assert.is_false(ok)
+    assert.truthy(err:find("attn.core.modules.attention_node_backward: bad argument #1 'node' (expected a table, got "
+      .. "string)", 1, true), err)
+    ok, err = pcall(modules.attention_node_backward, {}, attn.ones(1))
+    assert.is_false(ok)
+    assert.truthy(err:find("attn.core.modules.attention_node_backward: bad argument #1 'node' (expected a node "
+      .. "attention_record made)", 1, true), err)
+  end)
+end)
+
 describe("the backward walk of a chain", function()
   local Function = autograd.Function
 

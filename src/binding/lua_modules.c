@@ -183,10 +183,10 @@ static int l_attention_forward(lua_State *L) {
  * keeps (every argument, then the versions of the tensors), and after those
  * the forward's draw. Its backward is attention_node_backward's: no
  * needs_input_grad (an edge is false where no gradient is needed), eight
- * fields (the smallest hash part that holds them). Returns nothing when it leaves the
- * call to that Function: a call the fused path does not take, one that keeps
- * state, a stale input (the Function rebuilds its history or refuses it), or
- * no input that requires grad. */
+ * fields (the smallest hash part that holds them). Returns nothing when it
+ * leaves the call to that Function: a call the fused path does not take, one
+ * that keeps state, a stale input (the Function rebuilds its history or
+ * refuses it), or no input that requires grad. */
 #define RECORD_ARGS 16
 
 /* The node's field names, in the order of the upvalues 2 .. of attention_record
@@ -209,8 +209,11 @@ static int l_attention_record(lua_State *L) {
   lua_settop(L, 3 + RECORD_ARGS);
   lua_rotate(L, 1, -3); /* the forward's arguments at 1 .. 16, then history, Node, def */
   const int history = RECORD_ARGS + 1, node_mt = RECORD_ARGS + 2, def = RECORD_ARGS + 3;
-  if (lua_type(L, history) != LUA_TTABLE || lua_type(L, node_mt) != LUA_TTABLE || lua_type(L, def) != LUA_TTABLE)
-    attnL_error(L, "attn.core.modules.attention_record", "bad arguments (expected history, Node and def tables)");
+  static const char *const names[3] = {"history", "Node", "def"};
+  for (int i = 0; i < 3; i++)
+    if (lua_type(L, history + i) != LUA_TTABLE)
+      attnL_error(L, "attn.core.modules.attention_record", "bad argument #%d '%s' (expected a table, got %s)", i + 1,
+                  names[i], luaL_typename(L, history + i));
   attn_self_attention m;
   attn_tensor mask_corner;
   if (!read_module(L, &m, &mask_corner)) return 0;
@@ -487,15 +490,18 @@ static int attention_backward_at(lua_State *L) {
  * per tensor input but the mask, in input order (nil where none is needed,
  * or where it was added into .grad), as the Lua backward of the same node,
  * without the trailing nils. */
+static const char *const NODE_BWD = "attn.core.modules.attention_node_backward";
+
 static int l_attention_node_backward(lua_State *L) {
   lua_settop(L, 3);
-  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lua_type(L, 1) != LUA_TTABLE)
+    attnL_error(L, NODE_BWD, "bad argument #1 'node' (expected a table, got %s)", luaL_typename(L, 1));
   lua_getfield(L, 1, "_saved"); /* 4 */
   lua_getfield(L, 1, "_edges"); /* 5: false where no gradient is needed */
   int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 5) == LUA_TTABLE &&
            lua_rawgeti(L, 4, 1) == LUA_TNUMBER && lua_tointeger(L, -1) == RECORD_ARGS;
   lua_settop(L, 5);
-  luaL_checkstack(L, RECORD_ARGS + 24, "attention_node_backward");
+  luaL_checkstack(L, RECORD_ARGS + 24, NODE_BWD);
   /* attention_backward's 26 arguments from 6: the saved ones, then dout .. grads */
   for (int i = 1; ok && i <= RECORD_ARGS; i++) {
     /* a userdata there is a tensor attention_record saved (read_module checks them again) */
@@ -506,10 +512,11 @@ static int l_attention_node_backward(lua_State *L) {
     }
   }
   if (!ok) {
-    lua_getfield(L, 1, "saved"); /* Node:saved, which raises the error */
-    lua_pushvalue(L, 1);
-    lua_call(L, 1, 0);
-    attnL_error(L, BWD, "bad argument #1 'node' (expected a node attention_record made)");
+    if (lua_getfield(L, 1, "saved") == LUA_TFUNCTION) { /* Node:saved, which raises the error */
+      lua_pushvalue(L, 1);
+      lua_call(L, 1, 0);
+    }
+    attnL_error(L, NODE_BWD, "bad argument #1 'node' (expected a node attention_record made)");
   }
   lua_pushvalue(L, 2); /* dout */
   lua_rawgeti(L, 4, 2 * RECORD_ARGS + 2); /* the draw */
