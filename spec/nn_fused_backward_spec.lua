@@ -294,7 +294,7 @@ describe("fused module backward: bad input", function()
     assert.is_truthy(call(table.unpack(a, 1, 18)):find(
       B .. "arguments 1 to 16 are not those of a call attention_forward runs", 1, true))
     a[5] = c.heads
-    assert.is_truthy(call(table.unpack(a, 1, 25)):find("no more than 24 arguments expected", 1, true))
+    assert.is_truthy(call(table.unpack(a, 1, 27)):find("no more than 26 arguments expected", 1, true))
   end)
 
   it("a kept state that does not fit the call", function()

@@ -174,6 +174,138 @@ static int l_attention_forward(lua_State *L) {
   return 7;
 }
 
+/* attention_record(history, Node, def, x, d_in, ..., mask): the recorded
+ * forward of attn.autograd.sdpa's fused_attention (an attn.autograd.Function
+ * whose definition is def) for a call whose backward recomputes (a tiny
+ * call, attn_self_attention_keeps 0), in one C call: the output, and its node
+ * (lua/attn/autograd/init.lua: a table of metatable Node with the fields the
+ * walk reads, _name, _def, _edges, _nout, _shapes, _saved, node and slot; the
+ * output's history entry is the node). _saved is what ctx:save_for_backward
+ * keeps (every argument, then the versions of the tensors), and after those
+ * the forward's draw. Its backward is attention_node_backward's: no
+ * needs_input_grad (an edge is false where no gradient is needed), eight
+ * fields (the smallest hash part that holds them). Returns nothing when it
+ * leaves the call to that Function: a call the fused path does not take, one
+ * that keeps state, a stale input (the Function rebuilds its history or
+ * refuses it), or no input that requires grad. */
+#define RECORD_ARGS 16
+
+/* The node's field names, in the order of the upvalues 2 .. of attention_record
+ * (interned once: lua_setfield would look each name up on every call). */
+static const char *const NODE_FIELDS[] = {"_edges", "_name", "_def", "_nout", "_shapes", "_saved", "node", "slot"};
+#define NODE_FIELD_COUNT ((int)(sizeof NODE_FIELDS / sizeof NODE_FIELDS[0]))
+
+/* node[NODE_FIELDS[k]] = the value on top (popped) */
+static void set_node_field(lua_State *L, int node, int k) {
+  lua_pushvalue(L, lua_upvalueindex(2 + k));
+  lua_insert(L, -2);
+  lua_rawset(L, node);
+}
+
+/* Whether argument i (1 .. 16) of a call read_module took is a tensor: x, and
+ * any of the parameters and the mask given (read_module refused anything else). */
+static int is_tensor_arg(lua_State *L, int i) { return i == 1 || (i >= 8 && !lua_isnil(L, i)); }
+
+static int l_attention_record(lua_State *L) {
+  lua_settop(L, 3 + RECORD_ARGS);
+  lua_rotate(L, 1, -3); /* the forward's arguments at 1 .. 16, then history, Node, def */
+  const int history = RECORD_ARGS + 1, node_mt = RECORD_ARGS + 2, def = RECORD_ARGS + 3;
+  static const char *const names[3] = {"history", "Node", "def"};
+  for (int i = 0; i < 3; i++)
+    if (lua_type(L, history + i) != LUA_TTABLE)
+      attnL_error(L, "attn.core.modules.attention_record", "bad argument #%d '%s' (expected a table, got %s)", i + 1,
+                  names[i], luaL_typename(L, history + i));
+  attn_self_attention m;
+  attn_tensor mask_corner;
+  if (!read_module(L, &m, &mask_corner)) return 0;
+  attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
+  int nd = x->ndim;
+  int64_t nb = 1;
+  for (int d = 0; d < nd - 2; d++) nb *= x->size[d];
+  int kernel;
+  int64_t saved_floats;
+  if (attn_self_attention_keeps(&m, nb, x->size[nd - 2], x->size[nd - 1], &kernel, &saved_floats)) return 0;
+  /* the tensor inputs in argument order, each one's history entry pushed in turn */
+  int idx[RECORD_ARGS], count = 0, requires = 0;
+  int entries = lua_gettop(L) + 1;
+  for (int i = 1; i <= RECORD_ARGS; i++) {
+    if (!is_tensor_arg(L, i)) continue;
+    if (attnL_history_stale(L, i)) return 0;
+    idx[count++] = i;
+    lua_pushvalue(L, i);
+    if (lua_rawget(L, history) != LUA_TNIL && lua_toboolean(L, -1)) requires = 1;
+  }
+  if (!requires) return 0;
+
+  /* the forward (l_attention_forward's, returning the draw) */
+  if (attn_is_contiguous(x)) lua_pushvalue(L, 1);
+  else x = attnL_push_contiguous(L, 1, FN);
+  int64_t size[ATTN_MAX_DIMS];
+  for (int d = 0; d < nd; d++) size[d] = x->size[d];
+  size[nd - 1] = m.wq->size[0];
+  attn_tensor *out = attnL_push_uninit(L, nd, size, FN);
+  int out_at = lua_gettop(L);
+  int64_t s3[3] = {nb, size[nd - 2], x->size[nd - 1]}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
+  attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
+  int holder = 0;
+  if (m.dropout_p > 0.0) {
+    int64_t numel; /* -1: more than int64 counts */
+    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
+    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
+    holder = lua_gettop(L);
+  }
+  if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
+
+  /* the node */
+  lua_createtable(L, 0, NODE_FIELD_COUNT);
+  int node = lua_gettop(L);
+  lua_pushvalue(L, node_mt);
+  lua_setmetatable(L, node);
+  lua_createtable(L, count, 0); /* _edges */
+  for (int k = 0; k < count; k++) {
+    int h = entries + k;
+    if (lua_type(L, h) == LUA_TTABLE) lua_pushvalue(L, h); /* the edge to the node that made it */
+    else if (lua_toboolean(L, h)) lua_pushvalue(L, idx[k]); /* a leaf: the edge is the tensor itself */
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, node + 1, k + 1);
+  }
+  set_node_field(L, node, 0); /* _edges */
+  const char *name = m.wo ? "ViewBackward0" : nd == 2 ? "MmBackward0" : "UnsafeViewBackward0";
+  lua_pushstring(L, name);
+  set_node_field(L, node, 1); /* _name */
+  lua_pushvalue(L, def);
+  set_node_field(L, node, 2); /* _def */
+  lua_pushinteger(L, 1);
+  set_node_field(L, node, 3); /* _nout */
+  lua_pushlstring(L, (const char *)out->size, (size_t)nd * sizeof out->size[0]); /* the shape key */
+  set_node_field(L, node, 4); /* _shapes */
+  /* _saved: {n, the n arguments, then the version of each tensor (false
+   * otherwise), then the draw} */
+  lua_createtable(L, 2 * RECORD_ARGS + 2, 0);
+  lua_pushinteger(L, RECORD_ARGS);
+  lua_rawseti(L, -2, 1);
+  for (int i = 1; i <= RECORD_ARGS; i++) {
+    lua_pushvalue(L, i);
+    lua_rawseti(L, -2, 1 + i);
+    if (is_tensor_arg(L, i)) lua_pushinteger(L, attnL_version(L, i));
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, 1 + RECORD_ARGS + i);
+  }
+  attnL_push_dropout_draw(L, m.dropout_draw, holder);
+  lua_rawseti(L, -2, 2 * RECORD_ARGS + 2);
+  set_node_field(L, node, 5); /* _saved */
+  lua_pushvalue(L, node);
+  set_node_field(L, node, 6); /* node */
+  lua_pushinteger(L, 1);
+  set_node_field(L, node, 7); /* slot */
+  /* history[out] = node: the node is its one output's history entry */
+  lua_pushvalue(L, out_at);
+  lua_pushvalue(L, node);
+  lua_rawset(L, history);
+  lua_pushvalue(L, out_at);
+  return 1;
+}
+
 /* The training forward's state at arguments at .. at + 4 (qkv, o, c, saved,
  * kernel) into sv; 0 when argument at is nil (the backward recomputes). */
 static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_t nb, int64_t n, int64_t d_in,
@@ -208,12 +340,56 @@ static int read_state(lua_State *L, int at, const attn_self_attention *m, int64_
  *   attention_forward(..., mask, true), 0 without dropout), and dout of out's shape;
  *   qkv .. kernel: what attention_forward(..., mask, true, true) kept (nothing is recomputed);
  *   want_dx false: x's gradient is neither computed nor returned (x does not require grad)
+ *   edges, grads: the recorded node's edges (one per tensor argument, in
+ *   argument order: the tensor itself for a leaf that requires grad) and
+ *   autograd's table of the leaves' .grad (lua/attn/autograd/init.lua), given
+ *   when the backward walk accumulates into .grad (see push_into_grad)
  * -> dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo: the gradients of x and of each
- *    parameter (nil for a parameter the module lacks, and dx nil when not wanted). */
+ *    parameter (nil for a parameter the module lacks, and dx nil when not wanted;
+ *    false for one already added into its leaf's .grad). */
+
+/* Parameter gradients of up to this many floats in all are added into the
+ * leaves' .grad from the stack, without a tensor of their own. */
+#define INTO_GRAD_FLOATS 1024
+
+/* Whether the tensor at stack slot arg is the node's edge `input` (the edges
+ * at argument 25): a leaf that requires grad, whose gradient the walk adds
+ * into its .grad. */
+static int is_leaf_edge(lua_State *L, int arg, int input) {
+  lua_rawgeti(L, 25, input);
+  int leaf = lua_rawequal(L, -1, arg);
+  lua_pop(L, 1);
+  return leaf;
+}
+
+/* The .grad of parameter p (at stack slot arg, tensor argument `input` of
+ * the call) pushed, when the walk may add p's gradient into it in place (1):
+ * p's edge is p itself (a leaf that requires grad) and its .grad (grads[p])
+ * is a contiguous float tensor of p's shape. raw add_ into it is what the
+ * walk would do with the returned gradient (old:add_(g), the same bits),
+ * without the gradient's tensor. Otherwise pushes nothing (0). */
+static int push_into_grad(lua_State *L, int arg, int input, const attn_tensor *p, const void *mt) {
+  if (!is_leaf_edge(L, arg, input)) return 0;
+  lua_pushvalue(L, arg);
+  lua_rawget(L, 26);
+  const attn_tensor *g = attnL_test_mt(L, -1, mt);
+  if (g && !g->is_bool && attn_same_shape(g, p) && attn_is_contiguous(g)) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+static int attention_backward_at(lua_State *L);
+
 static int l_attention_backward(lua_State *L) {
+  attnL_check_nargs(L, 26, BWD);
+  return attention_backward_at(L);
+}
+
+/* attention_backward on its arguments at 1 .. 26, whatever lies above them;
+ * its 9 results on top. */
+static int attention_backward_at(lua_State *L) {
   attn_self_attention m;
   attn_tensor mask_corner;
-  attnL_check_nargs(L, 24, BWD);
   int with_state = !lua_isnoneornil(L, 19);
   int want_dx = lua_isnoneornil(L, 24) || lua_toboolean(L, 24);
   if (!read_module(L, &m, &mask_corner))
@@ -245,6 +421,31 @@ static int l_attention_backward(lua_State *L) {
   attn_self_attention_grads g;
   attn_tensor dx3;
   g.dx = NULL;
+  /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
+  const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
+  static const int param_args[8] = {8, 9, 10, 11, 12, 13, 14, 15};
+  attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};
+  /* into_grad: the parameters whose gradient goes into their leaf's .grad
+   * (push_into_grad, each .grad pushed in turn below x and dout), computed
+   * into grad_floats first. Not when x is a leaf that requires grad: the walk
+   * adds x's gradient first (its edge comes first), which matters when x's
+   * .grad is a parameter's too. */
+  float grad_floats[INTO_GRAD_FLOATS];
+  attn_tensor into[8];
+  int into_at[8] = {0}, into_floats = 0;
+  if (lua_type(L, 25) == LUA_TTABLE && lua_type(L, 26) == LUA_TTABLE) {
+    const void *mt = lua_topointer(L, lua_upvalueindex(1));
+    int input = 1, x_leaf = is_leaf_edge(L, 1, 1); /* input: the tensor argument's position, x's first */
+    for (int i = 0; !x_leaf && i < 8; i++) {
+      if (!params[i]) continue;
+      input++;
+      if (into_floats + attn_numel(params[i]) > INTO_GRAD_FLOATS) continue;
+      if (!push_into_grad(L, param_args[i], input, params[i], mt)) continue;
+      into_at[i] = lua_gettop(L);
+      into[i] = attn_make(grad_floats + into_floats, params[i]->ndim, params[i]->size);
+      into_floats += (int)attn_numel(params[i]);
+    }
+  }
   if (want_dx) {
     attn_tensor *dx = attnL_push_uninit(L, nd, x->size, BWD);
     dx3 = attn_make(dx->data, 3, s3);
@@ -252,11 +453,11 @@ static int l_attention_backward(lua_State *L) {
   } else {
     lua_pushnil(L);
   }
-  /* one result per parameter, in the order wq, bq, wk, bk, wv, bv, wo, bo */
-  const attn_tensor *params[8] = {m.wq, m.bq, m.wk, m.bk, m.wv, m.bv, m.wo, m.bo};
-  attn_tensor **slots[8] = {&g.dwq, &g.dbq, &g.dwk, &g.dbk, &g.dwv, &g.dbv, &g.dwo, &g.dbo};
   for (int i = 0; i < 8; i++) {
-    if (params[i]) {
+    if (into_at[i]) {
+      *slots[i] = &into[i];
+      lua_pushboolean(L, 0);
+    } else if (params[i]) {
       *slots[i] = attnL_push_uninit(L, params[i]->ndim, params[i]->size, BWD);
     } else {
       *slots[i] = NULL;
@@ -268,7 +469,83 @@ static int l_attention_backward(lua_State *L) {
   attn_status st = kept ? attn_self_attention_backward_saved(&m, &x3, &dout3, &sv, &g)
                         : attn_self_attention_backward(&m, &x3, &dout3, &g);
   if (st != ATTN_OK) attnL_core_error(L, BWD);
+  for (int i = 0; i < 8; i++) { /* in the walk's order of the edges: .grad = .grad + gradient */
+    if (!into_at[i]) continue;
+    attn_tensor *t = lua_touserdata(L, into_at[i]);
+    const float *d = into[i].data;
+    int64_t e = attn_numel(t);
+    for (int64_t k = 0; k < e; k++) t->data[k] = t->data[k] + d[k];
+    attnL_bump_version(L, into_at[i], "Tensor:add_");
+  }
   return 9;
+}
+
+/* attention_node_backward(node, g[, grads]): the backward of a node
+ * attention_record made (its definition's backward; the walk passes grads,
+ * its table of the leaves' .grad, when it accumulates into them): the
+ * saved arguments read back from node._saved with their versions checked
+ * (Node:saved raises the error when one was written in place, or when the
+ * graph was freed), then attention_backward on them with the node's draw,
+ * x's gradient only when x needs one, and the parameters' gradients added
+ * into their leaves' .grad where push_into_grad allows. Returns one gradient
+ * per tensor input but the mask, in input order (nil where none is needed,
+ * or where it was added into .grad), as the Lua backward of the same node,
+ * without the trailing nils. */
+static const char *const NODE_BWD = "attn.core.modules.attention_node_backward";
+
+static int l_attention_node_backward(lua_State *L) {
+  lua_settop(L, 3);
+  if (lua_type(L, 1) != LUA_TTABLE)
+    attnL_error(L, NODE_BWD, "bad argument #1 'node' (expected a table, got %s)", luaL_typename(L, 1));
+  lua_getfield(L, 1, "_saved"); /* 4 */
+  lua_getfield(L, 1, "_edges"); /* 5: false where no gradient is needed */
+  int ok = lua_type(L, 4) == LUA_TTABLE && lua_type(L, 5) == LUA_TTABLE &&
+           lua_rawgeti(L, 4, 1) == LUA_TNUMBER && lua_tointeger(L, -1) == RECORD_ARGS;
+  lua_settop(L, 5);
+  luaL_checkstack(L, RECORD_ARGS + 24, NODE_BWD);
+  /* attention_backward's 26 arguments from 6: the saved ones, then dout .. grads */
+  for (int i = 1; ok && i <= RECORD_ARGS; i++) {
+    /* a userdata there is a tensor attention_record saved (read_module checks them again) */
+    if (lua_rawgeti(L, 4, 1 + i) == LUA_TUSERDATA) {
+      lua_rawgeti(L, 4, 1 + RECORD_ARGS + i);
+      ok = lua_isinteger(L, -1) && lua_tointeger(L, -1) == attnL_version(L, -2);
+      lua_pop(L, 1);
+    }
+  }
+  if (!ok) {
+    if (lua_getfield(L, 1, "saved") == LUA_TFUNCTION) { /* Node:saved, which raises the error */
+      lua_pushvalue(L, 1);
+      lua_call(L, 1, 0);
+    }
+    attnL_error(L, NODE_BWD, "bad argument #1 'node' (expected a node attention_record made)");
+  }
+  lua_pushvalue(L, 2); /* dout */
+  lua_rawgeti(L, 4, 2 * RECORD_ARGS + 2); /* the draw */
+  for (int i = 0; i < 5; i++) lua_pushnil(L); /* no kept state: the backward recomputes */
+  lua_rawgeti(L, 5, 1);                       /* want_dx: x needs a gradient (its edge) */
+  int into = lua_type(L, 3) == LUA_TTABLE;
+  if (into) lua_pushvalue(L, 5);
+  else lua_pushnil(L);
+  lua_pushvalue(L, 3);
+  lua_rotate(L, 1, -5); /* the arguments at 1 .. 26, then node, g, grads, saved, edges */
+  const int edges = 31;
+  attention_backward_at(L); /* dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo on top */
+  int first = lua_gettop(L) - 8;
+  /* one gradient per tensor input (x, then the parameters present), nil where not needed */
+  int k = 0;
+  for (int r = first; r <= first + 8; r++) {
+    if (r > first && lua_isnil(L, r)) continue; /* a parameter the module lacks */
+    k++;
+    lua_rawgeti(L, edges, k);
+    int need = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (need && lua_type(L, r) == LUA_TUSERDATA) lua_pushvalue(L, r);
+    else lua_pushnil(L);
+  }
+  /* trailing nils left off: none at all (nothing for the walk to unpack) when
+   * every gradient went into .grad */
+  while (k > 0 && lua_isnil(L, -1)) lua_pop(L, 1), k--;
+  return k;
 }
 
 /* mask_kind(mask[, n]): how a mask applies. With n, mask is a module's 2-D
@@ -311,5 +588,12 @@ void attnL_open_modules(lua_State *L) {
   lua_newtable(L);
   lua_pushvalue(L, -2); /* the tensor metatable: upvalue 1 (read_module's tensor test) */
   luaL_setfuncs(L, funcs, 1);
+  lua_pushvalue(L, -2); /* attention_record: the metatable and the node's field names */
+  for (int k = 0; k < NODE_FIELD_COUNT; k++) lua_pushstring(L, NODE_FIELDS[k]);
+  lua_pushcclosure(L, l_attention_record, 1 + NODE_FIELD_COUNT);
+  lua_setfield(L, -2, "attention_record");
+  lua_pushvalue(L, -2); /* attention_node_backward: the metatable */
+  lua_pushcclosure(L, l_attention_node_backward, 1);
+  lua_setfield(L, -2, "attention_node_backward");
   lua_setfield(L, -4, "modules"); /* module, methods, metatable, this */
 }

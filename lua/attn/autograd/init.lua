@@ -166,6 +166,7 @@ local Node = {}
 Node.__index = Node
 Node.__name = "attn.autograd.Node"
 function Node:name() return self._name end
+M._Node = Node -- the fused module call's recording in C makes its nodes (attn.autograd.sdpa)
 function Node.__tostring(n) return "<" .. n._name .. ">" end
 --- The edges to the inputs' nodes: a list of `{node, slot}` pairs (node is
 -- "AccumulateGrad" for a leaf, nil for an input without gradient), as PyTorch's next_functions.
@@ -284,6 +285,11 @@ end
 -- returns one per tensor input (nil: none). `dirty`: forward modifies its first
 -- tensor argument in place and returns it. `view`: the output shares the
 -- first input's memory (in-place writes to it are refused while it has history).
+-- `into_grad` (a node of one output): when the walk accumulates into `.grad`
+-- (backward, not autograd.grad) its backward gets the table of the leaves'
+-- gradients as a third argument, and may add a leaf input's gradient into
+-- that leaf's existing `.grad` itself (as the walk's add_ would, in the order
+-- of its edges) and return nil for it.
 -- @param def table
 -- @return function
 function M.Function(def)
@@ -478,6 +484,13 @@ local collect = collectgarbage
 -- how many values, and the first: a backward's results without a table
 local function count_first(...) return select_("#", ...), (...) end
 
+-- an into_grad backward's results as a list, nil for none (every gradient
+-- added into .grad, or none needed): no table then
+local function pack_some(...)
+  if select_("#", ...) == 0 then return nil end
+  return pack(...)
+end
+
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
   local heap = heap_kb()
@@ -486,7 +499,8 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
     local node = ready[head]
     ready[head] = nil
     head = head + 1
-    local nout, backward, edges = node._nout, node._def.backward, node._edges
+    local def = node._def
+    local nout, backward, edges = node._nout, def.backward, node._edges
     local nedges = #edges
     -- r: the backward's results as a list; for a node of one input, its
     -- one gradient g1 and no table (r = nil)
@@ -495,7 +509,9 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       local g = buffers[node]
       if capture or g == nil then g = slot_grad(g, node, 1, capture, results) end
       buffers[node] = nil
-      if nedges == 1 then n1, g1 = count_first(backward(node, g)) else r = pack(backward(node, g)) end
+      if nedges == 1 then n1, g1 = count_first(backward(node, g))
+      elseif def.into_grad and not capture then r = pack_some(backward(node, g, grads))
+      else r = pack(backward(node, g)) end
     else
       local b = buffers[node] or {}
       buffers[node] = nil
@@ -552,15 +568,101 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
   end
 end
 
+-- The walk of a chain (run's choice for backward when every node reached
+-- has one output and at most one edge to a node, as a module's output summed
+-- has): the general walk's steps in the order it would take them (each node
+-- once the one node before it has run), with the gradient handed from node
+-- to node in a local instead of the buffers, and no dependency count.
+local function walk_chain(node, g, retain)
+  local heap = heap_kb()
+  local gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
+  while node do
+    local def, edges = node._def, node._edges
+    local backward, nedges = def.backward, #edges
+    if g == nil then g = raw_zeros(shape_sizes(slot_shape(node, 1))) end
+    local r, n1, g1
+    if nedges == 1 then n1, g1 = count_first(backward(node, g))
+    elseif def.into_grad then r = pack_some(backward(node, g, grads))
+    else r = pack(backward(node, g)) end
+    if r then
+      if r.n == 1 and type_(r[1]) == "table" and getmetatable(r[1]) ~= Tensor_mt then r = r[1] end
+    elseif n1 == 1 and type_(g1) == "table" and getmetatable(g1) ~= Tensor_mt then
+      g1 = g1[1]
+    end
+    local next_node, next_g = nil, nil
+    for i = 1, nedges do
+      local e, gi = edges[i], nil
+      if r then gi = r[i] else gi = g1 end
+      local from_node = type_(e) == "table"
+      if e and gi ~= nil then
+        if getmetatable(gi) ~= Tensor_mt then
+          error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
+            :format(node._name, type_(gi), i), 0)
+        end
+        local in_shape = from_node and slot_shape(e.node, e.slot) or e
+        if not same_size(gi, in_shape) then
+          error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
+            :format(node._name, shape_str(gi:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
+        end
+        if not from_node then
+          local old = grads[e]
+          if old == nil then grads[e] = gi:clone() else raw_add_(old, gi) end
+        else
+          next_g = gi
+        end
+      end
+      if from_node then next_node = e.node end
+    end
+    if not retain and node._saved then node._saved = RELEASED end
+    if heap_kb() > gc_at then
+      collect()
+      heap = heap_kb()
+      gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
+    end
+    node, g = next_node, next_g
+  end
+end
+
+-- Whether the nodes reachable from node form a chain walk_chain takes: each
+-- of one output, with at most one edge to a node.
+local function is_chain(node)
+  while node do
+    if node._nout ~= 1 then return false end
+    local edges, to = node._edges, nil
+    for i = 1, #edges do
+      local e = edges[i]
+      if type_(e) == "table" then
+        if to then return false end
+        to = e.node
+      end
+    end
+    node = to
+  end
+  return true
+end
+
 -- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
 -- their gradients (or one tensor and its gradient). capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
 local function run(fname, roots, root_grads, retain, capture, results)
+  -- one root (backward's): roots is the tensor and root_grads its gradient, no lists
+  local single = getmetatable(roots) == Tensor_mt
+  if single and not capture then
+    local h = history[roots]
+    if type_(h) == "table" and is_chain(h.node) then
+      local co, is_main, prev = set_mode(false)
+      local ok, err = pcall(walk_chain, h.node, root_grads, retain)
+      restore_mode(co, is_main, prev)
+      if not ok then
+        if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
+        error(err, 0)
+      end
+      return
+    end
+  end
   -- discover the nodes reachable from the roots, counting the edges into
   -- each: deps[node] is nil for a node not yet seen (one table for both)
   local deps, stack, top = {}, {}, 0
-  -- one root (backward's): roots is the tensor and root_grads its gradient, no lists
-  local single = getmetatable(roots) == Tensor_mt
   local nroots = single and 1 or #roots
   for i = 1, nroots do
     local h = history[single and roots or roots[i]]

@@ -17,6 +17,7 @@ local M = {}
 local is_tensor = require("attn.argcheck").is_tensor
 -- the fused call's name function (every recorded module call): the method itself, no __index
 local Tensor_mt, t_dim = core.Tensor_mt, core.Tensor.dim
+local history = autograd._history
 
 local function score_mod_tables(sm)
   local _, tables = core._score_program_info(sm)
@@ -209,12 +210,11 @@ end
 
 -- ------------------------------------------------------------ fused modules
 
---- The fused module forward that records (CausalAttention, MultiHeadAttention):
--- the arguments of `attn.core.modules.attention_forward`; nil when the fused
--- path does not take the call (the module then runs module by module).
--- Its node is torch's: `ViewBackward0` with out_proj (a Linear), else
--- `UnsafeViewBackward0` (batched) or `MmBackward0` (2-D x).
-M.fused_attention = autograd.Function{
+-- The definition of the fused module forward's recording as an
+-- autograd.Function (M.fused_attention below): its node is torch's:
+-- `ViewBackward0` with out_proj (a Linear), else `UnsafeViewBackward0`
+-- (batched) or `MmBackward0` (2-D x).
+local fused_def = {
   name = function(x, ...)
     if select(13, ...) ~= nil then return "ViewBackward0" end -- wo
     return getmetatable(x) == Tensor_mt and t_dim(x) == 2 and "MmBackward0" or "UnsafeViewBackward0"
@@ -250,7 +250,11 @@ M.fused_attention = autograd.Function{
     end
     return out
   end,
-  backward = function(ctx, g)
+  into_grad = true,
+  -- into: the walk's table of the leaves' .grad (backward, not autograd.grad);
+  -- the C backward adds the parameters' gradients into those they have
+  -- (its results false for them, returned as nil)
+  backward = function(ctx, g, into)
     local x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask, qkv, o, c, saved =
       ctx:saved()
     local a = ctx.args
@@ -260,7 +264,8 @@ M.fused_attention = autograd.Function{
     -- x's gradient only when x requires grad (the notebooks' x is data)
     local need = ctx.needs_input_grad
     local dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo = fused_backward(x, d_in, context_length, rank, heads, scale,
-      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true)
+      p, wq, bq, wk, bk, wv, bv, wo, bo, mask, g, ctx.draw, qkv, o, c, saved, ctx.kernel, need[1] == true,
+      into and ctx._edges, into)
     -- one gradient per tensor input: x, then the parameters present (the mask has none)
     if wq ~= nil and wk ~= nil and wv ~= nil and bq == nil and bk == nil and bv == nil and bo == nil then
       -- CausalAttention's parameters, and MultiHeadAttention's with an out_proj
@@ -288,6 +293,27 @@ M.fused_attention = autograd.Function{
     return table.unpack(grads, 1, k)
   end,
 }
+local fused_recorded = autograd.Function(fused_def)
+
+local record, Node, grad_mode = core.modules.attention_record, autograd._Node, autograd.is_grad_enabled
+local recorded_def = { backward = core.modules.attention_node_backward, into_grad = true }
+
+--- The fused module forward that records (CausalAttention, MultiHeadAttention):
+-- the arguments of `attn.core.modules.attention_forward`; nil when the fused
+-- path does not take the call (the module then runs module by module).
+-- A call whose backward recomputes (every tiny call) is recorded by one C
+-- call, attention_record: the node fused_def's recording would make (name,
+-- edges, saved arguments and their versions, the draw), whose backward is
+-- attention_node_backward, fused_def's backward in one C call (the saved
+-- arguments read and checked there). Any other call, and one with a stale
+-- input or no input that requires grad, goes through the Function.
+function M.fused_attention(...)
+  if grad_mode() then
+    local out = record(history, Node, recorded_def, ...)
+    if out ~= nil then return out end
+  end
+  return fused_recorded(...)
+end
 
 --- Put the recorded attention in the module table `attn`.
 -- @param attn the module table
