@@ -225,7 +225,7 @@ local fused_def = {
   -- notebook-size hot path); the backward takes them back from the saved list
   forward = function(ctx, x, d_in, context_length, rank, heads, scale, p, wq, bq, wk, bk, wv, bv, wo, bo, mask)
     -- and the dropout draw, and the state the backward needs (not recomputed
-    -- there; a tiny call keeps none and its backward recomputes)
+    -- there; a call whose backward is tiny keeps none and its backward recomputes)
     local out, draw, qkv, o, c, saved, kernel = fused_forward(x, d_in, context_length, rank, heads, scale, p,
       wq, bq, wk, bk, wv, bv, wo, bo, mask, true, true)
     if out == nil then return nil end
