@@ -233,6 +233,19 @@ ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, co
   }
 }
 
+/* s[j] = qs . k_j for the keys j the row sees (k_j at row stride sk), each
+ * sum in increasing d with one fused multiply-add per product: the scores
+ * of forward_tiny and of the state it keeps, the same bits. */
+static inline __attribute__((always_inline)) void tiny_scores(const float *qs, const float *k, int64_t sk, int64_t hd,
+                                                              attn_key_range vis, float *s) {
+  for (int64_t j = vis.begin; j < vis.end; j++) {
+    const float *kj = k + j * sk;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+    s[j] = acc;
+  }
+}
+
 ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const attn_tensor *x, attn_tensor *out,
                                                 int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
@@ -262,12 +275,7 @@ ATTN_FMA_CLONES static void forward_tiny(const attn_self_attention *m, const att
         attn_key_range vis = attn_sdpa_row_keys(&p, i);
         int64_t nk = vis.end - vis.begin;
         attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
-        for (int64_t j = vis.begin; j < vis.end; j++) {
-          const float *kj = sl.k + j * sk;
-          float acc = 0.0f;
-          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
-          s[j] = acc;
-        }
+        tiny_scores(qs, sl.k, sk, hd, vis, s);
         if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
         int hidden = attn_softmax_dropout_row(s + vis.begin, nk, m->dropout_p, m->dropout_draw,
                                               (bi * n + i) * n + vis.begin, f, NULL);
@@ -337,12 +345,7 @@ ATTN_FMA_CLONES static void state_tiny(const attn_self_attention *m, const attn_
         float *oi = st->o + (bi * n + i) * hd, *lse = keep_probs ? NULL : st->saved + bi * n + i;
         attn_sdpa_load_q(&p, &sl, i, 1, qs, 0, 1);
         for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
-        for (int64_t j = vis.begin; j < vis.end; j++) {
-          const float *kj = sl.k + j * sk;
-          float acc = 0.0f;
-          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
-          s[j] = acc;
-        }
+        tiny_scores(qs, sl.k, sk, hd, vis, s);
         if (modified) attn_sdpa_modify_tile(&p, &sl, i, 1, vis.begin, nk, s + vis.begin, 0, 1);
         int64_t position = (bi * n + i) * n + vis.begin;
         int hidden = attn_softmax_dropout_row(s + vis.begin, nk, 0.0, (attn_dropout_draw){0, NULL}, position, f, lse);
