@@ -92,6 +92,35 @@ describe("autograd's backward walk", function()
       1, true), err)
   end)
 
+  -- a chain (each node one output, one edge to a node) and a graph with a
+  -- shared input take different walks: both check every gradient
+  it("refuses a backward's gradient that is no tensor or of the wrong shape, on a chain and on a general graph", function()
+    local function bad_fn(result)
+      return autograd.Function{
+        name = "BadBackward0",
+        forward = function(_, a) return a * 1 end,
+        backward = function() return result end,
+      }
+    end
+    local cases = {
+      { "oops", "BadBackward0's backward returned a string for input 1 (expected a gradient tensor)" },
+      { attn.zeros(5), "BadBackward0's backward returned a gradient of shape [5] for input 1 of shape [2, 3]" },
+    }
+    for _, c in ipairs(cases) do
+      local bad = bad_fn(c[1])
+      for _, graph in ipairs { "leaf chain", "node chain", "shared" } do
+        local x = leaf(2, 3)
+        local y
+        if graph == "leaf chain" then y = bad(x):sum()
+        elseif graph == "node chain" then y = bad(x * 2):sum()
+        else local h = x * 2; y = (bad(h) + h):sum() end
+        local ok, err = pcall(function() y:backward() end)
+        assert.is_false(ok, graph)
+        assert.truthy(tostring(err):find(c[2], 1, true), graph .. ": " .. tostring(err))
+      end
+    end
+  end)
+
   it("takes a one-input backward's gradient given as a one-element list", function()
     local listy = autograd.Function{
       name = "ListBackward0",

@@ -148,6 +148,18 @@ local function slot_shape(node, s)
   return shapes[s]
 end
 
+-- the error for input i's gradient g from node's backward when it is no
+-- tensor (in_shape false) or not the input's shape (in_shape: its key, or
+-- the leaf e itself)
+local function gradient_error(node, i, g, e, from_node, in_shape)
+  if not in_shape then
+    error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
+      :format(node._name, type(g), i), 0)
+  end
+  error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
+    :format(node._name, shape_str(g:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
+end
+
 -- closed when a recorded call's forward returns or raises in the main
 -- thread: recording back on (it was on, or the call would not record)
 local RESTORE_MAIN_MODE = setmetatable({}, { __close = function() main_mode = true end })
@@ -529,15 +541,8 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       if r then g = r[i] else g = g1 end
       local from_node = type_(e) == "table" -- else a leaf (the tensor) or false
       if e and g ~= nil then
-        if getmetatable(g) ~= Tensor_mt then
-          error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
-            :format(node._name, type_(g), i), 0)
-        end
-        local in_shape = from_node and slot_shape(e.node, e.slot) or e
-        if not same_size(g, in_shape) then
-          error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-            :format(node._name, shape_str(g:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
-        end
+        local in_shape = getmetatable(g) == Tensor_mt and (from_node and slot_shape(e.node, e.slot) or e)
+        if not (in_shape and same_size(g, in_shape)) then gradient_error(node, i, g, e, from_node, in_shape) end
         if not from_node then
           if capture then
             to_leaf(e, g, capture, results)
@@ -595,15 +600,8 @@ local function walk_chain(node, g, retain)
       if r then gi = r[i] else gi = g1 end
       local from_node = type_(e) == "table"
       if e and gi ~= nil then
-        if getmetatable(gi) ~= Tensor_mt then
-          error(("attn.autograd: %s's backward returned a %s for input %d (expected a gradient tensor)")
-            :format(node._name, type_(gi), i), 0)
-        end
-        local in_shape = from_node and slot_shape(e.node, e.slot) or e
-        if not same_size(gi, in_shape) then
-          error(("attn.autograd: %s's backward returned a gradient of shape %s for input %d of shape %s")
-            :format(node._name, shape_str(gi:size()), i, shape_str(from_node and shape_sizes(in_shape) or e:size())), 0)
-        end
+        local in_shape = getmetatable(gi) == Tensor_mt and (from_node and slot_shape(e.node, e.slot) or e)
+        if not (in_shape and same_size(gi, in_shape)) then gradient_error(node, i, gi, e, from_node, in_shape) end
         if not from_node then
           local old = grads[e]
           if old == nil then grads[e] = gi:clone() else raw_add_(old, gi) end
