@@ -29,6 +29,31 @@
  * rescale of the output so far, then the block's sum: rs per row). */
 enum { STORE, ADD, RESCALE_ADD };
 
+/* acc[v][j] += A[k][16 v .. 16 v + 15] B[k][j] for k in [k0, k1), in
+ * increasing k with one fused multiply-add each, for the vectors v < nv in
+ * the mask mk (the others' accumulators untouched) and the columns j < nc:
+ * a tile's sums (mk all ones) and a band's products over one segment of its
+ * keys (mk its active vectors). */
+static inline __attribute__((always_inline)) void tile_sums(int nv, int nc, unsigned mk, const float *a, int64_t lda,
+                                                            int64_t k0, int64_t k1, const float *b, int64_t bsk,
+                                                            int64_t bsc, __m512 (*acc)[NR_MAX]) {
+  for (int64_t k = k0; k < k1; k++) {
+    __m512 av[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++)
+      av[v] = v < nv && (mk >> v & 1u) ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
+    const float *bk = b + k * bsk;
+#pragma GCC unroll 12
+    for (int j = 0; j < NR_MAX; j++) {
+      if (j >= nc) break;
+      __m512 bv = _mm512_set1_ps(bk[j * bsc]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++)
+        if (v < nv && (mk >> v & 1u)) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
+    }
+  }
+}
+
 /* nv (1 to 4) vectors of 16 rows x nc (<= NR_OF(nv)) columns; always inlined
  * with constant nv, nc and mode, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(int nv, const float *a, int64_t lda, int64_t kn, const float *b,
@@ -39,20 +64,7 @@ static inline __attribute__((always_inline)) void tile(int nv, const float *a, i
   for (int v = 0; v < 4; v++)
 #pragma GCC unroll 12
     for (int j = 0; j < NR_MAX; j++) acc[v][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kn; k++) {
-    __m512 av[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) av[v] = v < nv ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
-    const float *bk = b + k * bsk;
-#pragma GCC unroll 12
-    for (int j = 0; j < NR_MAX; j++) {
-      if (j >= nc) break;
-      __m512 bv = _mm512_set1_ps(bk[j * bsc]);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; v++)
-        if (v < nv) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
-    }
-  }
+  tile_sums(nv, nc, 0xFu, a, lda, 0, kn, b, bsk, bsc, acc);
   __m512 sv[4];
 #pragma GCC unroll 4
   for (int v = 0; v < 4; v++) sv[v] = mode == RESCALE_ADD && v < nv ? _mm512_loadu_ps(rs + 16 * v) : _mm512_setzero_ps();
@@ -349,27 +361,6 @@ static void softmax_band(float *st, int64_t ld, int nv, const int64_t *kb, const
   }
 }
 
-/* P V over one segment: the active vectors' products of keys [k0, k1) */
-static inline __attribute__((always_inline)) void band_pv_keys(int nv, int nc, unsigned mk, const float *a,
-                                                               int64_t lda, int64_t k0, int64_t k1, const float *b,
-                                                               int64_t bsk, int64_t bsc, __m512 (*acc)[NR_MAX]) {
-  for (int64_t k = k0; k < k1; k++) {
-    __m512 av[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++)
-      av[v] = v < nv && (mk >> v & 1u) ? _mm512_loadu_ps(a + k * lda + 16 * v) : _mm512_setzero_ps();
-    const float *bk = b + k * bsk;
-#pragma GCC unroll 12
-    for (int j = 0; j < NR_MAX; j++) {
-      if (j >= nc) break;
-      __m512 bv = _mm512_set1_ps(bk[j * bsc]);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; v++)
-        if (v < nv && (mk >> v & 1u)) acc[v][j] = _mm512_fmadd_ps(av[v], bv, acc[v][j]);
-    }
-  }
-}
-
 /* nv vectors x nc columns of P V over the band's segments, then C = rs C +
  * sum for the live vectors (tile's RESCALE_ADD) */
 static inline __attribute__((always_inline)) void band_pv_tile(int nv, int nc, const float *a, int64_t lda,
@@ -382,7 +373,7 @@ static inline __attribute__((always_inline)) void band_pv_tile(int nv, int nc, c
 #pragma GCC unroll 12
     for (int j = 0; j < NR_MAX; j++) acc[v][j] = _mm512_setzero_ps();
   for (int i = 0; i < sg->n; i++) {
-#define CALL(mk) band_pv_keys(nv, nc, mk, a, lda, sg->s0[i], sg->s1[i], b, bsk, bsc, acc)
+#define CALL(mk) tile_sums(nv, nc, mk, a, lda, sg->s0[i], sg->s1[i], b, bsk, bsc, acc)
     BAND_SWITCH(sg->act[i], CALL)
 #undef CALL
   }
