@@ -493,6 +493,20 @@ end
 local GC_GROWTH, GC_MIN_KB = 1.10, 512
 local collect = collectgarbage
 
+-- the heap size (KiB) past which the walk collects next: GC_GROWTH of the
+-- heap now, at least GC_MIN_KB more
+local function next_collect_at()
+  local heap = heap_kb()
+  return heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
+end
+
+-- a full collection (the walk's, once the heap has passed its threshold);
+-- the next threshold
+local function collect_now()
+  collect()
+  return next_collect_at()
+end
+
 -- how many values, and the first: a backward's results without a table
 local function count_first(...) return select_("#", ...), (...) end
 
@@ -505,8 +519,7 @@ end
 
 local function walk(ready, tail, deps, buffers, retain, capture, results)
   local head = 1
-  local heap = heap_kb()
-  local gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
+  local gc_at = next_collect_at()
   while ready[head] do
     local node = ready[head]
     ready[head] = nil
@@ -565,11 +578,7 @@ local function walk(ready, tail, deps, buffers, retain, capture, results)
       end
     end
     if not retain and node._saved then node._saved = RELEASED end
-    if heap_kb() > gc_at then
-      collect()
-      heap = heap_kb()
-      gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
-    end
+    if heap_kb() > gc_at then gc_at = collect_now() end
   end
 end
 
@@ -579,8 +588,7 @@ end
 -- once the one node before it has run), with the gradient handed from node
 -- to node in a local instead of the buffers, and no dependency count.
 local function walk_chain(node, g, retain)
-  local heap = heap_kb()
-  local gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
+  local gc_at = next_collect_at()
   while node do
     local def, edges = node._def, node._edges
     local backward, nedges = def.backward, #edges
@@ -612,11 +620,7 @@ local function walk_chain(node, g, retain)
       if from_node then next_node = e.node end
     end
     if not retain and node._saved then node._saved = RELEASED end
-    if heap_kb() > gc_at then
-      collect()
-      heap = heap_kb()
-      gc_at = heap + math.max(heap * (GC_GROWTH - 1), GC_MIN_KB)
-    end
+    if heap_kb() > gc_at then gc_at = collect_now() end
     node, g = next_node, next_g
   end
 end
