@@ -259,7 +259,11 @@ static inline void attn_sdpa_modify_tile(const attn_sdpa_problem *p, const attn_
     }
   }
   if (p->has_alibi) attn_sdpa_alibi_tile(sl->alibi_slope, i0 + p->lk - p->lq - k0, ni, nk, s, rs, cs);
-  for (int64_t r = 0; r < ni; r++) {
+  /* without a mask, a tile every row sees whole needs no pass (the visible
+   * ranges move forward with i: the last row's begin and the first row's end
+   * bound them all) */
+  int whole = ni > 0 && attn_sdpa_row_keys(p, i0 + ni - 1).begin <= k0 && attn_sdpa_row_keys(p, i0).end >= k0 + nk;
+  for (int64_t r = 0; r < ni && (sl->mask || !whole); r++) {
     int64_t i = i0 + r;
     float *si = s + r * rs;
     if (sl->mask) {
