@@ -4,11 +4,13 @@
  * message with what the contract says. Prints one line per failure and a
  * final "N passed, N failed"; exit status 1 on any failure.
  *   make test-core   (also run by make test, before the specs) */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "ops.h"
 #include "rng.h"
 #include "sdpa_dispatch.h"
@@ -372,6 +374,55 @@ static void test_tokenizer(void) {
   attn_tokenizer_free(tok);
 }
 
+/* Every runnable kernel set's libm_exp_minus gives glibc's expf bits: on a
+ * stride of all 2^32 float bit patterns (x - 0 = x), every special input, and
+ * with a shift m (the difference rounded first, then expf), in rows of every
+ * tail length. */
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static void test_libm_exp(void) {
+  static const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, -NAN, 88.0f, 0x1.62e42ep6f,
+                                   0x1.62e430p6f, 89.0f, -87.33654f, -88.0f, -0x1.9d1d9ep6f, -0x1.9d1da0p6f,
+                                   -0x1.9d1d9cp6f, -0x1.9fe368p6f, -0x1.9fe36ap6f, -0x1.9fe366p6f, -104.0f, -1e30f,
+                                   1e30f, 0x1p-149f, -0x1p-149f, 0x1p-126f, FLT_MIN, -FLT_MAX, FLT_MAX};
+  const char *const *names = attn_cpu_available();
+  for (int si = 0; names[si]; si++) {
+    const attn_flash_kernels *k = attn_cpu_kernels_named(names[si]);
+    if (!k) continue;
+    int64_t n = 0, bad = 0;
+    float x[1024], want[1024];
+    for (uint64_t u = 0; u < (1ull << 32);) { /* a stride prime to every power of 2 */
+      int64_t cnt = 0;
+      for (; cnt < 1024 && u < (1ull << 32); cnt++, u += 4099) {
+        uint32_t b = (uint32_t)u;
+        memcpy(&x[cnt], &b, sizeof b);
+        want[cnt] = expf(x[cnt]);
+      }
+      k->libm_exp_minus(x, cnt, 0.0f);
+      for (int64_t i = 0; i < cnt; i++, n++) bad += !same_bits(x[i], want[i]);
+    }
+    int nsp = (int)(sizeof specials / sizeof specials[0]);
+    for (int len = 1; len <= nsp; len++) /* every tail length, specials in every lane */
+      for (int at = 0; at + len <= nsp; at += len) {
+        memcpy(x, specials + at, (size_t)len * sizeof(float));
+        x[len] = 12345.0f; /* past the row: untouched */
+        k->libm_exp_minus(x, len, 0.0f);
+        for (int i = 0; i < len; i++, n++) bad += !same_bits(x[i], expf(specials[at + i]));
+        bad += x[len] != 12345.0f;
+      }
+    const float shifts[] = {3.5f, -2.25f, 80.0f, INFINITY, NAN};
+    for (int sj = 0; sj < 5; sj++) {
+      for (int i = 0; i < nsp; i++) x[i] = specials[i];
+      k->libm_exp_minus(x, nsp, shifts[sj]);
+      for (int i = 0; i < nsp; i++, n++) bad += !same_bits(x[i], expf(specials[i] - shifts[sj]));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "the %s set's libm_exp_minus gives expf's bits (%lld of %lld differ)", names[si],
+             (long long)bad, (long long)n);
+    check(bad == 0, what);
+  }
+}
+
 int main(void) {
   attn_generator g;
   attn_rng_seed(&g, 123);
@@ -383,6 +434,7 @@ int main(void) {
   test_block_mask_attention(&g);
   test_rng();
   test_tokenizer();
+  test_libm_exp();
   printf("core_test: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -7,7 +7,8 @@
  *   S  = S + bias, hidden or not visible -> -inf  (attn_sdpa_modify_tile)
  *        (a block mask: both products and the softmax over the span of
  *        key blocks the rows see; the weights outside it are 0)
- *   row softmax (all hidden -> zeros; lse when asked for), dropout
+ *   row softmax (all hidden -> zeros; lse when asked for; glibc's expf
+ *        bits, eight at a time: the set's libm_exp_minus), dropout
  *   O  = S v                      [R, Ev]   (cblas_sgemm)
  *
  * Threads: the (slice, row block) items of the flattened batch run in one
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "cpu.h"
 #include "rng.h"
 #include "threads.h"
 
@@ -103,12 +105,11 @@ int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropou
     return 1;
   }
   memset(s + visible, 0, (size_t)(lk - visible) * sizeof(float));
+  /* expf(s - max) row by row (one call per score gave these bits): exp(-inf
+   * - max) = 0 unless max is NaN */
+  attn_cpu_kernels()->libm_exp_minus(s, visible, mx);
   double sum = 0.0;
-  for (int64_t j = 0; j < visible; j++) {
-    float x = s[j] == -INFINITY && mx == mx ? 0.0f : expf(s[j] - mx); /* exp(-inf - max) = 0 unless max is NaN */
-    s[j] = x;
-    sum += (double)x;
-  }
+  for (int64_t j = 0; j < visible; j++) sum += (double)s[j];
   if (lse) *lse = attn_sdpa_lse_of(mx, sum);
   float inv = (float)(1.0 / sum);
   for (int64_t j = 0; j < visible; j++) s[j] *= inv;

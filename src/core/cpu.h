@@ -94,6 +94,11 @@ typedef struct attn_flash_kernels {
    * and its store of out (scale 1). */
   void (*transpose)(const float *src, int64_t s0, int64_t s1, int64_t rows, int64_t cols, float *dst, int64_t ld,
                     float scale);
+  /* x[j] = expf(x[j] - m) for j < n (the difference rounded to float), with
+   * glibc's bits (src/core/expf_glibc.h; the scalar set calls expf): the
+   * softmax rows of the math kernel, the tiny module paths and attn.softmax,
+   * vectorised where a set can. */
+  void (*libm_exp_minus)(float *x, int64_t n, float m);
 } attn_flash_kernels;
 
 /* The kernel sets built in: the x86-64 ones only on x86-64. */

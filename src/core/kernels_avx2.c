@@ -60,6 +60,7 @@ static inline __attribute__((always_inline)) void tile(const float *a, int64_t l
 #include "kernel_gemm16.h"
 
 #include "exp_avx2.h"
+#include "expf_glibc.h"
 
 /* One online-softmax step of 16 rows (src/core/cpu.h), two vectors of 8. */
 static void softmax_step16(float *st, int64_t ld, int64_t bk, float *m, float *l, float *rescale) {
@@ -212,4 +213,4 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
 
 const attn_flash_kernels attn_kernels_avx2 = {"avx2",      gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
                                              rows_dot,    softmax_row, rows_axpy,      8 * FMA_CHAINS, fma_chains,
-  gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};
+  gemm_t_band, softmax_band, gemm_t_rescale_band, transpose, libm_exp_minus};

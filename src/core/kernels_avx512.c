@@ -132,6 +132,7 @@ static void gemm_t_rescale(const float *a, int64_t lda, int64_t kn, int64_t rows
 }
 
 #include "exp_avx512.h"
+#include "expf_glibc.h"
 
 /* One online-softmax step of nv (1 to 4) vectors of 16 rows side by side
  * (src/core/cpu.h): nv independent chains for the max and the sum, where one
@@ -554,4 +555,4 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
 
 const attn_flash_kernels attn_kernels_avx512 = {"avx512",    gemm_t,    gemm_t_rescale, softmax_step16,  softmax_step, exp_minus,
                                                rows_dot,    softmax_row, rows_axpy, 16 * FMA_CHAINS, fma_chains,
-                                               gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};
+                                               gemm_t_band, softmax_band, gemm_t_rescale_band, transpose, libm_exp_minus};

@@ -112,4 +112,4 @@ static void fma_chains(float *x, int64_t n, float a, float b) {
 
 const attn_flash_kernels attn_kernels_scalar = {"scalar",    gemm_t,      gemm_t_rescale, softmax_step16, softmax_step, exp_minus,
                                                 rows_dot,    softmax_row, rows_axpy,      FMA_LANES,      fma_chains,
-  gemm_t_band, softmax_band, gemm_t_rescale_band, transpose};
+  gemm_t_band, softmax_band, gemm_t_rescale_band, transpose, exp_minus};

@@ -7,11 +7,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu.h"
+
 /* attn_softmax_dropout_row (src/core/attention.c) without dropout, for the
  * short rows of the tiny paths: the same operations in the same order, so
  * the same bits (the max is exact in any order; a NaN row takes the first
- * NaN, as its row_max does; exp(0) = 1 exactly, so the row's maximum needs
- * no call), without its calls and 8-lane max. It leaves s[j] = exp(s[j] -
+ * NaN, as its row_max does; the exponentials are the same call), without
+ * its 8-lane max. It leaves s[j] = exp(s[j] -
  * max) for j < the returned count of keys that get a weight (the others get
  * 0), and in *inv the factor 1 / sum that makes the weights s[j] * *inv;
  * it returns 0 when every key is hidden (every weight 0, the output zeros). */
@@ -29,12 +31,9 @@ static inline __attribute__((always_inline)) int64_t attn_softmax_short_row(floa
     mx = v > mx ? v : mx;
   }
   if (mx == -INFINITY) return 0; /* every key hidden (or no key): zeros, not NaN */
+  attn_cpu_kernels()->libm_exp_minus(s, visible, mx);
   double sum = 0.0;
-  for (int64_t j = 0; j < visible; j++) {
-    float e = s[j] - mx, x = s[j] == -INFINITY && mx == mx ? 0.0f : e == 0.0f ? 1.0f : expf(e);
-    s[j] = x;
-    sum += (double)x;
-  }
+  for (int64_t j = 0; j < visible; j++) sum += (double)s[j];
   *inv = (float)(1.0 / sum);
   return visible;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "exp_nonpos.h"
 #include "iter.h"
 #include "ops.h"
@@ -285,8 +286,13 @@ int attn_equal(const attn_tensor *a, const attn_tensor *b) {
   }
 }
 
+/* expf(x - max), glibc's bits, EXP_CHUNK values at a time (src/core/cpu.h:
+ * libm_exp_minus) */
+#define EXP_CHUNK 256
+
 static void softmax_row(int64_t n, float *const *p, const int64_t *s, const void *vctx) {
   const line_ctx *c = vctx;
+  void (*exp_minus)(float *, int64_t, float) = attn_cpu_kernels()->libm_exp_minus;
   int64_t len = c->len, si = c->in_stride, so = c->out_stride;
   for (int64_t i = 0; i < n; i++) {
     const float *x = p[1] + i * s[1];
@@ -299,15 +305,26 @@ static void softmax_row(int64_t n, float *const *p, const int64_t *s, const void
     }
     if (c->op) { /* log_softmax: x - max - log(sum(exp(x - max))) */
       double sum = 0.0;
-      for (int64_t j = 0; j < len; j++) sum += (double)expf(x[j * si] - mx);
+      for (int64_t j0 = 0; j0 < len; j0 += EXP_CHUNK) { /* expf(x - max) a chunk at a time */
+        int64_t cnt = len - j0 < EXP_CHUNK ? len - j0 : EXP_CHUNK;
+        float e[EXP_CHUNK];
+        for (int64_t j = 0; j < cnt; j++) e[j] = x[(j0 + j) * si];
+        exp_minus(e, cnt, mx);
+        for (int64_t j = 0; j < cnt; j++) sum += (double)e[j];
+      }
       float lse = logf((float)sum);
       for (int64_t j = 0; j < len; j++) o[j * so] = x[j * si] - mx - lse;
     } else { /* exp(x - max) * (1 / sum), as PyTorch's CPU kernel */
       float sum = 0.0f;
-      for (int64_t j = 0; j < len; j++) {
-        float e = expf(x[j * si] - mx);
-        o[j * so] = e;
-        sum += e;
+      for (int64_t j0 = 0; j0 < len; j0 += EXP_CHUNK) {
+        int64_t cnt = len - j0 < EXP_CHUNK ? len - j0 : EXP_CHUNK;
+        float e[EXP_CHUNK];
+        for (int64_t j = 0; j < cnt; j++) e[j] = x[(j0 + j) * si];
+        exp_minus(e, cnt, mx);
+        for (int64_t j = 0; j < cnt; j++) {
+          o[(j0 + j) * so] = e[j];
+          sum += e[j];
+        }
       }
       float inv = 1.0f / sum;
       for (int64_t j = 0; j < len; j++) o[j * so] *= inv;
