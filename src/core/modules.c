@@ -152,55 +152,81 @@ static inline __attribute__((always_inline)) void tiny_linear_small(const float 
 /* Head sizes up to which causal_heads keeps a row's outputs in registers. */
 #define TINY_HD_CHUNK 8
 
+/* Rows' scores packed one after the other (row i: its i + 1 keys) so that
+ * causal_heads takes a group of rows' exponentials in one call, and the most
+ * rows in a group (the notebooks' 6 rows are one group of 21 scores). */
+#define TINY_TRI 256
+#define TINY_TRI_ROWS 32
+/* tiny_fits bounds 2 n^2 by TINY_MACS, so every row (n keys at most) fits a
+ * group alone, and a group always takes its first row */
+_Static_assert((int64_t)TINY_TRI * TINY_TRI >= TINY_MACS / 2, "a tiny path's row fits TINY_TRI");
+
 /* The causal attention of every head of one batch item: qkv [n, 3 d_out]
- * (heads of hd side by side in each third) -> c [n, d_out]; s [n], qs [hd]
+ * (heads of hd side by side in each third) -> c [n, d_out]; qs [hd]
  * scratch. Row i sees keys 0..i: q scaled in float32, FMA chains for the
- * scores, attn_softmax_short_row, then each output an FMA chain over every key
- * in order (weights fl(e_j / sum), 0 for the keys not seen, so a NaN or inf
- * in their v spreads as in the math kernel): forward_tiny's bits. Inlined
- * with hd a constant where the caller names one. */
+ * scores, attn_softmax_short_row's operations (its halves, the
+ * exponentials of a group of rows in one call), then each output an FMA
+ * chain over every key in order (weights fl(e_j / sum), 0 for the keys not
+ * seen, so a NaN or inf in their v spreads as in the math kernel):
+ * forward_tiny's bits. Inlined with hd a constant where the caller names
+ * one. */
 static inline __attribute__((always_inline)) void causal_heads(const float *qkv, float *c, int64_t n, int64_t h,
-                                                               int64_t hd, int64_t d_out, float scale, float *s,
-                                                               float *qs) {
+                                                               int64_t hd, int64_t d_out, float scale, float *qs) {
   int64_t w3 = 3 * d_out;
+  void (*exp_minus)(float *, int64_t, float) = attn_cpu_kernels()->libm_exp_minus;
   for (int64_t hh = 0; hh < h; hh++) {
     const float *q = qkv + hh * hd, *k = q + d_out, *v = q + 2 * d_out;
-    for (int64_t i = 0; i < n; i++) {
-      #pragma GCC unroll 4
-      for (int64_t d = 0; d < hd; d++) qs[d] = q[i * w3 + d] * scale;
-      for (int64_t j = 0; j <= i; j++) {
-        const float *kj = k + j * w3;
-        float acc = 0.0f;
+    for (int64_t i0 = 0; i0 < n;) {
+      /* rows [i0, i1): their scores packed in tri */
+      float tri[TINY_TRI];
+      int64_t weighted[TINY_TRI_ROWS], i1 = i0, used = 0;
+      while (i1 < n && i1 - i0 < TINY_TRI_ROWS && used + i1 + 1 <= TINY_TRI) {
+        float *s = tri + used;
         #pragma GCC unroll 4
-        for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
-        s[j] = acc;
-      }
-      float inv = 0.0f;
-      int64_t weighted = attn_softmax_short_row(s, i + 1, &inv);
-      float *ci = c + i * d_out + hh * hd;
-      if (weighted == 0) { /* zeros, as the math kernel gives, even where v holds NaN */
-        for (int64_t d = 0; d < hd; d++) ci[d] = 0.0f;
-        continue;
-      }
-      for (int64_t d0 = 0; d0 < hd; d0 += TINY_HD_CHUNK) {
-        int64_t nd = hd - d0 < TINY_HD_CHUNK ? hd - d0 : TINY_HD_CHUNK;
-        float acc[TINY_HD_CHUNK];
-        #pragma GCC unroll 4
-        for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
-        for (int64_t j = 0; j < weighted; j++) {
-          float w = s[j] * inv;
-          const float *vj = v + j * w3 + d0;
+        for (int64_t d = 0; d < hd; d++) qs[d] = q[i1 * w3 + d] * scale;
+        for (int64_t j = 0; j <= i1; j++) {
+          const float *kj = k + j * w3;
+          float acc = 0.0f;
           #pragma GCC unroll 4
-          for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(w, vj[d], acc[d]);
+          for (int64_t d = 0; d < hd; d++) acc = fmaf(qs[d], kj[d], acc);
+          s[j] = acc;
         }
-        for (int64_t j = weighted; j < n; j++) {
-          const float *vj = v + j * w3 + d0;
-          #pragma GCC unroll 4
-          for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(0.0f, vj[d], acc[d]);
-        }
-        #pragma GCC unroll 4
-        for (int64_t d = 0; d < nd; d++) ci[d0 + d] = acc[d];
+        weighted[i1 - i0] = attn_short_row_shift(s, i1 + 1);
+        used += i1 + 1;
+        i1++;
       }
+      exp_minus(tri, used, 0.0f); /* the rows' hidden and trimmed keys too: unused */
+      used = 0;
+      for (int64_t i = i0; i < i1; used += i + 1, i++) {
+        const float *s = tri + used;
+        int64_t wt = weighted[i - i0];
+        float *ci = c + i * d_out + hh * hd;
+        if (wt == 0) { /* zeros, as the math kernel gives, even where v holds NaN */
+          for (int64_t d = 0; d < hd; d++) ci[d] = 0.0f;
+          continue;
+        }
+        float inv = attn_short_row_inv(s, wt);
+        for (int64_t d0 = 0; d0 < hd; d0 += TINY_HD_CHUNK) {
+          int64_t nd = hd - d0 < TINY_HD_CHUNK ? hd - d0 : TINY_HD_CHUNK;
+          float acc[TINY_HD_CHUNK];
+          #pragma GCC unroll 4
+          for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
+          for (int64_t j = 0; j < wt; j++) {
+            float w = s[j] * inv;
+            const float *vj = v + j * w3 + d0;
+            #pragma GCC unroll 4
+            for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(w, vj[d], acc[d]);
+          }
+          for (int64_t j = wt; j < n; j++) {
+            const float *vj = v + j * w3 + d0;
+            #pragma GCC unroll 4
+            for (int64_t d = 0; d < nd; d++) acc[d] = fmaf(0.0f, vj[d], acc[d]);
+          }
+          #pragma GCC unroll 4
+          for (int64_t d = 0; d < nd; d++) ci[d0 + d] = acc[d];
+        }
+      }
+      i0 = i1;
     }
   }
 }
@@ -214,7 +240,7 @@ ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, co
                                                 int64_t nb, int64_t n, int64_t d_in, int64_t d_out) {
   float buf[TINY_FLOATS];
   int64_t h = m->heads, hd = d_out / h;
-  float *qkv = buf, *ctx = qkv + n * 3 * d_out, *s = ctx + n * d_out, *qs = s + n;
+  float *qkv = buf, *ctx = qkv + n * 3 * d_out, *qs = ctx + n * d_out;
   float scale = m->scale;
   for (int64_t b = 0; b < nb; b++) {
     const float *xb = x->data + b * n * d_in;
@@ -224,9 +250,9 @@ ATTN_FMA_CLONES static void forward_tiny_causal(const attn_self_attention *m, co
     tiny_linear_small(xb, n, d_in, m->wv, m->bv, qkv + 2 * d_out, 3 * d_out, d_out);
     float *c = m->wo ? ctx : ob; /* without out_proj the context is the output */
     switch (hd) {
-      case 1: causal_heads(qkv, c, n, h, 1, d_out, scale, s, qs); break;
-      case 2: causal_heads(qkv, c, n, h, 2, d_out, scale, s, qs); break;
-      default: causal_heads(qkv, c, n, h, hd, d_out, scale, s, qs);
+      case 1: causal_heads(qkv, c, n, h, 1, d_out, scale, qs); break;
+      case 2: causal_heads(qkv, c, n, h, 2, d_out, scale, qs); break;
+      default: causal_heads(qkv, c, n, h, hd, d_out, scale, qs);
     }
     if (m->wo)
       tiny_linear_small(ctx, n, d_out, m->wo, m->bo, ob, d_out, d_out);
