@@ -286,6 +286,43 @@ int attn_equal(const attn_tensor *a, const attn_tensor *b) {
   }
 }
 
+/* The first NaN of a line of len values (stride si), else its maximum. A
+ * contiguous line takes eight running maxima the compiler keeps in vector
+ * registers (the max of floats is exact in any order) and is walked again
+ * only for a NaN. A -0 against a +0 may come out either way, as in
+ * attention.c's row_max: exp(x - max) is the same, and log_softmax's x - max
+ * - lse differs only where x - max is a zero, which lse >= log 2 (two zeros
+ * in the line) makes nonzero. */
+static float line_max(const float *x, int64_t len, int64_t si) {
+  float mx = -INFINITY;
+  if (si != 1) {
+    for (int64_t j = 0; j < len; j++) {
+      float v = x[j * si];
+      if (v > mx || v != v) mx = v;
+      if (mx != mx) break;
+    }
+    return mx;
+  }
+  float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int nan = 0;
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8)
+    for (int l = 0; l < 8; l++) {
+      float v = x[j + l];
+      nan |= v != v;
+      m[l] = v > m[l] ? v : m[l];
+    }
+  for (; j < len; j++) {
+    nan |= x[j] != x[j];
+    m[0] = x[j] > m[0] ? x[j] : m[0];
+  }
+  if (nan)
+    for (j = 0; j < len; j++)
+      if (x[j] != x[j]) return x[j];
+  for (int l = 0; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
+  return mx;
+}
+
 /* expf(x - max), glibc's bits, EXP_CHUNK values at a time (src/core/cpu.h:
  * libm_exp_minus) */
 #define EXP_CHUNK 256
@@ -297,12 +334,7 @@ static void softmax_row(int64_t n, float *const *p, const int64_t *s, const void
   for (int64_t i = 0; i < n; i++) {
     const float *x = p[1] + i * s[1];
     float *o = p[0] + i * s[0];
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < len; j++) {
-      float v = x[j * si];
-      if (v > mx || v != v) mx = v;
-      if (mx != mx) break;
-    }
+    float mx = line_max(x, len, si);
     if (c->op) { /* log_softmax: x - max - log(sum(exp(x - max))) */
       double sum = 0.0;
       for (int64_t j0 = 0; j0 < len; j0 += EXP_CHUNK) { /* expf(x - max) a chunk at a time */
