@@ -27,8 +27,10 @@ static inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   __m512 r2 = _mm512_mul_ps(r, r);
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
-  return _mm512_maskz_mul_ps((__mmask16)~tiny, p, e);
+  /* p 2^n: scalef's one rounding is the product by the float 2^n that
+   * exp8's shift of t builds (n >= -126 where the mask lets p through), one
+   * operation fewer */
+  return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
 
 #endif
