@@ -7,7 +7,7 @@
 
 #include <immintrin.h>
 
-/* e^x for x <= 0, -inf or NaN: src/core/exp_avx2.h's exp8, 16 lanes. */
+/* e^x for x <= 0, -inf or NaN: src/core/exp_avx2.h's exp8 on 16 lanes, its bits. */
 static inline __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.33654f);      /* ln(2^-126) */
   const __m512 shifter = _mm512_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
