@@ -28,6 +28,7 @@
 #include "attention.h"
 #include "cpu.h"
 #include "rng.h"
+#include "row_max.h"
 #include "threads.h"
 
 /* Query rows per work item; a constant, so the split (and the bits) never
@@ -62,34 +63,6 @@ typedef struct sdpa_ctx {
   size_t off_kp, off_vp, off_s, off_f;
 } sdpa_ctx;
 
-/* The row's max, or its first NaN: eight independent running maxima (a
- * chain the compiler can keep in vector registers, where one max with a NaN
- * test per element was a branchy serial chain), NaN found by a separate OR;
- * only a row holding a NaN is walked again for the first one. The order of
- * the maxima does not matter: the max of floats is exact, and a -0 against a
- * +0 gives the same exp(s - max) and lse. */
-static float row_max(const float *s, int64_t lk) {
-  float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int nan = 0;
-  int64_t j = 0;
-  for (; j + 8 <= lk; j += 8)
-    for (int l = 0; l < 8; l++) {
-      float v = s[j + l];
-      nan |= v != v;
-      m[l] = v > m[l] ? v : m[l];
-    }
-  for (; j < lk; j++) {
-    nan |= s[j] != s[j];
-    m[0] = s[j] > m[0] ? s[j] : m[0];
-  }
-  if (nan)
-    for (j = 0; j < lk; j++)
-      if (s[j] != s[j]) return s[j];
-  float mx = m[0];
-  for (int l = 1; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
-  return mx;
-}
-
 /* s [lk] -> softmax(s) with dropout, in place; 1 when every key is hidden */
 int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropout_draw dropout_draw, int64_t position,
                              float *f, float *lse) {
@@ -97,7 +70,7 @@ int attn_softmax_dropout_row(float *s, int64_t lk, double dropout_p, attn_dropou
    * and add 0 to the sum: they are zeroed, not computed (the same bits) */
   int64_t visible = lk;
   while (visible > 0 && s[visible - 1] == -INFINITY) visible--;
-  float mx = row_max(s, visible);
+  float mx = attn_row_max(s, visible);
   if (mx != mx) visible = lk; /* NaN everywhere, the hidden keys' too */
   if (mx == -INFINITY) { /* every key hidden (or no key): zeros, not NaN */
     memset(s, 0, (size_t)lk * sizeof(float));

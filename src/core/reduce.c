@@ -7,6 +7,7 @@
 #include "exp_nonpos.h"
 #include "iter.h"
 #include "ops.h"
+#include "row_max.h"
 #include "threads.h"
 
 /* Each reduction's family and comparison, from op_table.h. */
@@ -286,40 +287,16 @@ int attn_equal(const attn_tensor *a, const attn_tensor *b) {
   }
 }
 
-/* The first NaN of a line of len values (stride si), else its maximum. A
- * contiguous line takes eight running maxima the compiler keeps in vector
- * registers (the max of floats is exact in any order) and is walked again
- * only for a NaN. A -0 against a +0 may come out either way, as in
- * attention.c's row_max: exp(x - max) is the same, and log_softmax's x - max
- * - lse differs only where x - max is a zero, which lse >= log 2 (two zeros
- * in the line) makes nonzero. */
+/* The first NaN of a line of len values (stride si), else its maximum
+ * (attn_row_max where the line is contiguous). */
 static float line_max(const float *x, int64_t len, int64_t si) {
+  if (si == 1) return attn_row_max(x, len);
   float mx = -INFINITY;
-  if (si != 1) {
-    for (int64_t j = 0; j < len; j++) {
-      float v = x[j * si];
-      if (v > mx || v != v) mx = v;
-      if (mx != mx) break;
-    }
-    return mx;
+  for (int64_t j = 0; j < len; j++) {
+    float v = x[j * si];
+    if (v > mx || v != v) mx = v;
+    if (mx != mx) break;
   }
-  float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int nan = 0;
-  int64_t j = 0;
-  for (; j + 8 <= len; j += 8)
-    for (int l = 0; l < 8; l++) {
-      float v = x[j + l];
-      nan |= v != v;
-      m[l] = v > m[l] ? v : m[l];
-    }
-  for (; j < len; j++) {
-    nan |= x[j] != x[j];
-    m[0] = x[j] > m[0] ? x[j] : m[0];
-  }
-  if (nan)
-    for (j = 0; j < len; j++)
-      if (x[j] != x[j]) return x[j];
-  for (int l = 0; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
   return mx;
 }
 
