@@ -16,8 +16,9 @@
  *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views)
  *   dW* = d*^T x [D, d_in], db* = colsum d*, dx = dQ Wq + dK Wk + dV Wv
  * The gradients' products by attn_gemm (attn_matmul's fixed tiles; direct
- * loops for tiny ones, src/core/small_gemm.h); column sums in row
- * order on one thread: the bits do not depend on the thread count (a small
+ * loops for tiny ones, src/core/small_gemm.h); column sums each in row
+ * order (bands of columns to the threads): the bits do not depend on the
+ * thread count (a small
  * call runs on one thread: the same bits, without waking a team). Scratch
  * is malloc'ed and freed here. */
 #include <omp.h>
@@ -28,9 +29,16 @@
 #include "ops.h"
 #include "sdpa_backward.h"
 #include "small_gemm.h"
+#include "threads.h"
 
 /* Multiply-adds of the forward up to which the backward runs on one thread. */
 #define SERIAL_MACS (1 << 20)
+
+/* The memory passes (heads_to_rows, colsum, dx's sum) go to the threads in
+ * chunks of PASS_CHUNK floats (none below one chunk) and colsum in bands of
+ * COLSUM_BAND columns (whole cache lines of a row) */
+#define PASS_CHUNK (16 * 1024)
+#define COLSUM_BAND 32
 
 /* A [B, h, n, hd] view of heads laid side by side in rows of ld floats. */
 static attn_tensor heads_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
@@ -68,23 +76,41 @@ static void linear_dx(const float *dy, int64_t ldy, int64_t rows, int64_t nout, 
   weight_layout(w, &trans, &ldw);
   float *dst = add ? tmp : dx;
   product(0, !trans, rows, nin, nout, dy, ldy, w->data, ldw, dst, nin);
-  if (add)
-    for (int64_t i = 0; i < rows * nin; i++) dx[i] += tmp[i];
+  if (add) {
+    int64_t total = rows * nin, chunks = (total + PASS_CHUNK - 1) / PASS_CHUNK;
+    int nt = attn_threads_for(chunks);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+      int64_t end = (ch + 1) * PASS_CHUNK < total ? (ch + 1) * PASS_CHUNK : total;
+      for (int64_t i = ch * PASS_CHUNK; i < end; i++) dx[i] += tmp[i];
+    }
+  }
 }
 
-/* db [n] = column sums of d [rows, n] (row stride ld), in row order */
+/* db [n] = column sums of d [rows, n] (row stride ld), each in row order
+ * (bands of columns to the threads: the same sums in the same order) */
 static void colsum(const float *d, int64_t rows, int64_t n, int64_t ld, float *db) {
-  memset(db, 0, (size_t)n * sizeof(float));
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t j = 0; j < n; j++) db[j] += d[r * ld + j];
+  int64_t bands = (n + COLSUM_BAND - 1) / COLSUM_BAND;
+  int nt = rows * n >= PASS_CHUNK ? attn_threads_for(bands) : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t bj = 0; bj < bands; bj++) {
+    int64_t j0 = bj * COLSUM_BAND, j1 = j0 + COLSUM_BAND < n ? j0 + COLSUM_BAND : n;
+    for (int64_t j = j0; j < j1; j++) db[j] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = j0; j < j1; j++) db[j] += d[r * ld + j];
+  }
 }
 
-/* [B, h, n, hd] contiguous <-> [rows, ld] with the heads side by side */
+/* [B, h, n, hd] contiguous <-> [rows, ld] with the heads side by side, a
+ * (batch item, head) per item of the threads */
 static void heads_to_rows(const float *src, int64_t nb, int64_t n, int64_t h, int64_t hd, float *dst, int64_t ld) {
-  for (int64_t b = 0; b < nb; b++)
-    for (int64_t hh = 0; hh < h; hh++)
-      for (int64_t i = 0; i < n; i++)
-        memcpy(dst + (b * n + i) * ld + hh * hd, src + ((b * h + hh) * n + i) * hd, (size_t)hd * sizeof(float));
+  int nt = nb * n * h * hd >= PASS_CHUNK ? attn_threads_for(nb * h) : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t bh = 0; bh < nb * h; bh++) {
+    int64_t b = bh / h, hh = bh % h;
+    for (int64_t i = 0; i < n; i++)
+      memcpy(dst + (b * n + i) * ld + hh * hd, src + (bh * n + i) * hd, (size_t)hd * sizeof(float));
+  }
 }
 
 static int grad_fits(const attn_tensor *g, const attn_tensor *param) {
