@@ -145,6 +145,15 @@ test-core: $(CORE_TEST)
 	@$(CORE_TEST)
 .PHONY: test-core
 
+# every float through libm_exp_minus against expf (not part of `make test`: a minute per set)
+EXPF_ALL := $(BUILD)/expf_all
+$(EXPF_ALL): tests/expf_all.c $(CORE_LIB) $(wildcard src/core/*.h)
+	$(CC) $(CORE_CFLAGS) -Isrc/core tests/expf_all.c -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
+	  -o $@ -fopenmp -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm
+test-expf-all: $(EXPF_ALL)
+	@$(EXPF_ALL)
+.PHONY: test-expf-all
+
 test: deps
 	@$(MAKE) -s all
 	@$(MAKE) -s test-core

@@ -22,7 +22,8 @@
  * by 1/N^3, 1/N^2, 1/N). Each double operation is IEEE-rounded the same way
  * in a lane as in glibc's scalar registers, so each lane gives expf's bits:
  * tests/core_test.c compares the two on a stride of every float bit pattern
- * and every special input; all 2^32 patterns were compared once (equal).
+ * and every special input, and `make test-expf-all` (tests/expf_all.c) on
+ * all 2^32 patterns under every set (0 differ, about a minute a set).
  *
  * Cost: about 15 double-vector operations and one 4-lane gather per 4
  * floats, against a call of about 30 instructions per float. Measured, one
