@@ -64,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "score_mod.h"
 #include "sdpa_common.h"
 
@@ -755,10 +756,20 @@ VECTOR_CLONES static void eval_vectors(const attn_score_mod *m, float q0, float 
       }
       break;
     }
-    case ATTN_SMOD_EXP: VEC_LOOP(expf(x)); break;
+    case ATTN_SMOD_EXP: /* expf's bits, a line at a time (x - 0 = x) */
+      VEC_LOOP(x);
+      attn_cpu_kernels()->libm_exp_minus(out, n, 0.0f);
+      break;
     case ATTN_SMOD_LOG: VEC_LOOP(logf(x)); break;
     case ATTN_SMOD_SQRT: VEC_LOOP(sqrtf(x)); break;
-    case ATTN_SMOD_SIGMOID: VEC_LOOP(1.0f / (1.0f + expf(-x))); break;
+    case ATTN_SMOD_SIGMOID: { /* 1 / (1 + expf(-x)), expf a line at a time */
+      VEC_LOOP(-x);
+      attn_cpu_kernels()->libm_exp_minus(out, n, 0.0f);
+      float *o = out;
+#pragma omp simd
+      for (int j = 0; j < n; j++) o[j] = 1.0f / (1.0f + o[j]);
+      break;
+    }
     case ATTN_SMOD_SIN: VEC_LOOP(sinf(x)); break;
     case ATTN_SMOD_COS: VEC_LOOP(cosf(x)); break;
     case ATTN_SMOD_POW: {
