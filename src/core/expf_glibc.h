@@ -1,10 +1,11 @@
 /* glibc's expf, eight floats at a time, bit for bit (AVX2 + FMA; included by
  * src/core/kernels_avx2.c and src/core/kernels_avx512.c, the files compiled
  * with those instruction sets). The math kernel's softmax rows
- * (src/core/attention.c), the tiny module paths (src/core/modules_tiny.h)
- * and attn.softmax (src/core/reduce.c) take their exponentials from it
- * through the chosen set's libm_exp_minus: the bits they had with one expf
- * call per score, without the call.
+ * (src/core/attention.c), the tiny module paths (src/core/modules_tiny.h),
+ * attn.softmax (src/core/reduce.c) and score_mod's exp and sigmoid
+ * (src/core/score_mod.c) take their exponentials from it through the
+ * chosen set's libm_exp_minus: the bits they had with one expf call per
+ * score, without the call.
  *
  * Algorithm: glibc's expf since 2.27 (sysdeps/ieee754/flt-32/e_expf.c, from
  * Arm's optimized-routines), as its FMA build (__expf_fma, the one glibc's
