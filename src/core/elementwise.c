@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "iter.h"
 #include "ops.h"
 
@@ -144,10 +145,34 @@ static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
     }                                                                             \
   } while (0)
 
+/* exp and sigmoid with expf's bits a chunk at a time (the set's
+ * libm_exp_minus, src/core/cpu.h: x - 0 = x): o = expf(a), or 1 / (1 +
+ * expf(-a)) with sigmoid; a chunk is read before it is written, so o may
+ * be a */
+#define EXP_CHUNK 256
+static void exp_row(int64_t n, float *o, int64_t so, const float *a, int64_t sa, int sigmoid) {
+  void (*exp_minus)(float *, int64_t, float) = attn_cpu_kernels()->libm_exp_minus;
+  for (int64_t i0 = 0; i0 < n; i0 += EXP_CHUNK) {
+    int64_t cnt = n - i0 < EXP_CHUNK ? n - i0 : EXP_CHUNK;
+    float e[EXP_CHUNK];
+    for (int64_t i = 0; i < cnt; i++) e[i] = sigmoid ? -a[(i0 + i) * sa] : a[(i0 + i) * sa];
+    exp_minus(e, cnt, 0.0f);
+    if (sigmoid)
+      for (int64_t i = 0; i < cnt; i++) o[(i0 + i) * so] = 1.0f / (1.0f + e[i]);
+    else
+      for (int64_t i = 0; i < cnt; i++) o[(i0 + i) * so] = e[i];
+  }
+}
+
 static ATTN_LOOP_ALIGNED void unary_row(int64_t n, float *const *p, const int64_t *s, const void *ctx) {
   float *o = p[0];
   const float *a = p[1];
-  switch (*(const attn_unop *)ctx) {
+  attn_unop op = *(const attn_unop *)ctx;
+  if (op == ATTN_EXP || op == ATTN_SIGMOID) {
+    exp_row(n, o, s[0], a, s[1], op == ATTN_SIGMOID);
+    return;
+  }
+  switch (op) {
 #define UNARY_CASE(ID, name, forward, ...) \
   case ATTN_##ID: UNARY_LOOP(forward); break;
     ATTN_OP_TABLE(UNARY_CASE, ATTN_OP_IGNORE, ATTN_OP_IGNORE, ATTN_OP_IGNORE)
