@@ -96,8 +96,9 @@ typedef struct attn_flash_kernels {
                     float scale);
   /* x[j] = expf(x[j] - m) for j < n (the difference rounded to float), with
    * glibc's bits (src/core/expf_glibc.h; the scalar set calls expf): the
-   * softmax rows of the math kernel, the tiny module paths, attn.softmax and
-   * score_mod's exp and sigmoid, vectorised where a set can. */
+   * softmax rows of the math kernel, the tiny module paths, attn.softmax,
+   * t:exp(), t:sigmoid() and score_mod's exp and sigmoid, vectorised where a
+   * set can. */
   void (*libm_exp_minus)(float *x, int64_t n, float m);
 } attn_flash_kernels;
 

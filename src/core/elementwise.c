@@ -145,13 +145,32 @@ static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
     }                                                                             \
   } while (0)
 
-/* exp and sigmoid with expf's bits a chunk at a time (the set's
- * libm_exp_minus, src/core/cpu.h: x - 0 = x): o = expf(a), or 1 / (1 +
- * expf(-a)) with sigmoid; a chunk is read before it is written, so o may
- * be a */
+/* exp and sigmoid with expf's bits (the set's libm_exp_minus,
+ * src/core/cpu.h: x - 0 = x): o = expf(a), or 1 / (1 + expf(-a)) with
+ * sigmoid; contiguous rows in o itself, strided ones a chunk at a time (read
+ * before it is written, so o may be a) */
 #define EXP_CHUNK 256
 static void exp_row(int64_t n, float *o, int64_t so, const float *a, int64_t sa, int sigmoid) {
   void (*exp_minus)(float *, int64_t, float) = attn_cpu_kernels()->libm_exp_minus;
+  if (so == 1 && sa == 1) { /* in o itself, a chunk while it is in L1 */
+    for (int64_t i0 = 0; i0 < n; i0 += 8 * EXP_CHUNK) {
+      int64_t cnt = n - i0 < 8 * EXP_CHUNK ? n - i0 : 8 * EXP_CHUNK;
+      float *oc = o + i0;
+      const float *ac = a + i0;
+      if (sigmoid) {
+#pragma omp simd
+        for (int64_t i = 0; i < cnt; i++) oc[i] = -ac[i];
+      } else if (oc != ac) {
+        memmove(oc, ac, (size_t)cnt * sizeof(float));
+      }
+      exp_minus(oc, cnt, 0.0f);
+      if (sigmoid) {
+#pragma omp simd
+        for (int64_t i = 0; i < cnt; i++) oc[i] = 1.0f / (1.0f + oc[i]);
+      }
+    }
+    return;
+  }
   for (int64_t i0 = 0; i0 < n; i0 += EXP_CHUNK) {
     int64_t cnt = n - i0 < EXP_CHUNK ? n - i0 : EXP_CHUNK;
     float e[EXP_CHUNK];

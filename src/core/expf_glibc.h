@@ -2,7 +2,8 @@
  * src/core/kernels_avx2.c and src/core/kernels_avx512.c, the files compiled
  * with those instruction sets). The math kernel's softmax rows
  * (src/core/attention.c), the tiny module paths (src/core/modules_tiny.h),
- * attn.softmax (src/core/reduce.c) and score_mod's exp and sigmoid
+ * attn.softmax (src/core/reduce.c), t:exp() and t:sigmoid()
+ * (src/core/elementwise.c) and score_mod's exp and sigmoid
  * (src/core/score_mod.c) take their exponentials from it through the
  * chosen set's libm_exp_minus: the bits they had with one expf call per
  * score, without the call.
