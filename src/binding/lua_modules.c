@@ -110,41 +110,56 @@ static int read_module(lua_State *L, attn_self_attention *m, attn_tensor *mask_c
   return 1;
 }
 
-/* attention_forward, as described above */
-static int l_attention_forward(lua_State *L) {
-  attn_self_attention m;
-  attn_tensor mask_corner;
-  if (!read_module(L, &m, &mask_corner)) return 0;
-  int return_draw = lua_toboolean(L, 17), keep = return_draw && lua_toboolean(L, 18);
-  lua_Integer d_in = lua_tointeger(L, 2);
-  /* x as [B, n, d_in] (contiguous), out as [B, n, d_out] in x's leading shape */
+/* The tensors of a forward call that read_module took: x contiguous (x or
+ * its copy pushed), out [x's leading shape..., d_out] pushed (at out_at),
+ * their [B, n, *] views, and with dropout the draw over the weights [B,
+ * heads, n, n], where the Lua path's scaled_dot_product_attention draws it
+ * (its holder pushed at holder; 0 without dropout). */
+typedef struct forward_call {
+  attn_tensor x3, out3;
+  int out_at, holder;
+} forward_call;
+
+static void push_forward_call(lua_State *L, attn_self_attention *m, forward_call *fc) {
   attn_tensor *x = lua_touserdata(L, 1); /* a tensor: read_module checked */
   if (attn_is_contiguous(x)) lua_pushvalue(L, 1);
   else x = attnL_push_contiguous(L, 1, FN);
   int nd = x->ndim;
   int64_t size[ATTN_MAX_DIMS];
   for (int d = 0; d < nd; d++) size[d] = x->size[d];
-  size[nd - 1] = m.wq->size[0];
+  size[nd - 1] = m->wq->size[0];
   attn_tensor *out = attnL_push_uninit(L, nd, size, FN);
-  int64_t nb = 1;
+  fc->out_at = lua_gettop(L);
+  int64_t nb = 1, n = size[nd - 2];
   for (int d = 0; d < nd - 2; d++) nb *= size[d];
-  int64_t s3[3] = {nb, size[nd - 2], d_in}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
-  attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
-  int dropout_holder = 0;
-  if (m.dropout_p > 0.0) {
-    /* where the Lua path's scaled_dot_product_attention draws it, over the weights [B, heads, n, n] */
+  int64_t s3[3] = {nb, n, x->size[nd - 1]}, o3[3] = {nb, n, size[nd - 1]};
+  fc->x3 = attn_make(x->data, 3, s3);
+  fc->out3 = attn_make(out->data, 3, o3);
+  fc->holder = 0;
+  if (m->dropout_p > 0.0) {
     int64_t numel; /* -1: more than int64 counts */
-    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
-    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
-    dropout_holder = 1;
+    if (__builtin_mul_overflow(nb * n, m->heads * n, &numel)) numel = -1;
+    m->dropout_draw = attnL_draw_dropout(L, m->dropout_p, numel, FN);
+    fc->holder = lua_gettop(L);
   }
+}
+
+/* attention_forward, as described above */
+static int l_attention_forward(lua_State *L) {
+  attn_self_attention m;
+  attn_tensor mask_corner;
+  if (!read_module(L, &m, &mask_corner)) return 0;
+  int return_draw = lua_toboolean(L, 17), keep = return_draw && lua_toboolean(L, 18);
+  forward_call fc;
+  push_forward_call(L, &m, &fc);
+  int64_t nb = fc.out3.size[0], n = fc.out3.size[1], d_out = fc.out3.size[2], d_in = fc.x3.size[2];
   int kernel;
   int64_t saved_floats;
-  keep = keep && attn_self_attention_keeps(&m, nb, size[nd - 2], d_in, &kernel, &saved_floats);
+  keep = keep && attn_self_attention_keeps(&m, nb, n, d_in, &kernel, &saved_floats);
   attn_self_attention_saved sv = {NULL, NULL, NULL, NULL, 0};
   int state_at = lua_gettop(L) + 1; /* qkv, o, c (or nil), saved */
   if (keep) {
-    int64_t n = size[nd - 2], h = m.heads, d_out = size[nd - 1], rows = nb * n;
+    int64_t h = m.heads, rows = nb * n;
     int64_t qkv_size[3] = {3, rows, d_out}, o_size[4] = {nb, h, n, d_out / h}, c_size[2] = {rows, d_out};
     int64_t s_size[4] = {nb, h, n, n};
     sv.kernel = kernel;
@@ -154,16 +169,16 @@ static int l_attention_forward(lua_State *L) {
     else lua_pushnil(L);
     sv.saved = attnL_push_uninit(L, kernel == ATTN_SDPA_MATH ? 4 : 3, s_size, FN)->data;
   }
-  attn_status st = keep ? attn_self_attention_forward_saving(&m, &x3, &out3, &sv)
-                        : attn_self_attention_forward(&m, &x3, &out3);
+  attn_status st = keep ? attn_self_attention_forward_saving(&m, &fc.x3, &fc.out3, &sv)
+                        : attn_self_attention_forward(&m, &fc.x3, &fc.out3);
   if (st != ATTN_OK) attnL_core_error(L, FN);
   if (!return_draw) {
-    lua_pop(L, dropout_holder);
+    lua_settop(L, fc.out_at);
     return 1;
   }
   /* out, draw (for attention_backward): the MKL draw, or the holder of the keep flags */
-  lua_pushvalue(L, state_at - 1 - dropout_holder); /* out */
-  attnL_push_dropout_draw(L, m.dropout_draw, dropout_holder ? state_at - 1 : 0);
+  lua_pushvalue(L, fc.out_at);
+  attnL_push_dropout_draw(L, m.dropout_draw, fc.holder);
   if (!lua_toboolean(L, 18)) return 2;
   for (int i = 0; i < 4; i++) {
     if (keep) lua_pushvalue(L, state_at + i);
@@ -237,24 +252,12 @@ static int l_attention_record(lua_State *L) {
   }
   if (!requires) return 0;
 
-  /* the forward (l_attention_forward's, returning the draw) */
-  if (attn_is_contiguous(x)) lua_pushvalue(L, 1);
-  else x = attnL_push_contiguous(L, 1, FN);
-  int64_t size[ATTN_MAX_DIMS];
-  for (int d = 0; d < nd; d++) size[d] = x->size[d];
-  size[nd - 1] = m.wq->size[0];
-  attn_tensor *out = attnL_push_uninit(L, nd, size, FN);
-  int out_at = lua_gettop(L);
-  int64_t s3[3] = {nb, size[nd - 2], x->size[nd - 1]}, o3[3] = {nb, size[nd - 2], size[nd - 1]};
-  attn_tensor x3 = attn_make(x->data, 3, s3), out3 = attn_make(out->data, 3, o3);
-  int holder = 0;
-  if (m.dropout_p > 0.0) {
-    int64_t numel; /* -1: more than int64 counts */
-    if (__builtin_mul_overflow(nb * size[nd - 2], m.heads * size[nd - 2], &numel)) numel = -1;
-    m.dropout_draw = attnL_draw_dropout(L, m.dropout_p, numel, FN);
-    holder = lua_gettop(L);
-  }
-  if (attn_self_attention_forward(&m, &x3, &out3) != ATTN_OK) attnL_core_error(L, FN);
+  /* the forward (attention_forward's, returning the draw) */
+  forward_call fc;
+  push_forward_call(L, &m, &fc);
+  if (attn_self_attention_forward(&m, &fc.x3, &fc.out3) != ATTN_OK) attnL_core_error(L, FN);
+  attn_tensor *out = lua_touserdata(L, fc.out_at);
+  int out_at = fc.out_at, holder = fc.holder;
 
   /* the node */
   lua_createtable(L, 0, NODE_FIELD_COUNT);
