@@ -643,6 +643,18 @@ local function is_chain(node)
   return true
 end
 
+-- fn(...) (a walk) with grad mode off, under pcall; an error that does not name
+-- an attn function gets fname's
+local function run_protected(fname, fn, ...)
+  local co, is_main, prev = set_mode(false)
+  local ok, err = pcall(fn, ...)
+  restore_mode(co, is_main, prev)
+  if not ok then
+    if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
+    error(err, 0)
+  end
+end
+
 -- The walk shared by backward and autograd.grad. roots: tensors; root_grads:
 -- their gradients (or one tensor and its gradient). capture: nil (accumulate into leaves) or a table mapping
 -- leaf tensors and "node slot" keys to result positions, filled into results.
@@ -652,13 +664,7 @@ local function run(fname, roots, root_grads, retain, capture, results)
   if single and not capture then
     local h = history[roots]
     if type_(h) == "table" and is_chain(h.node) then
-      local co, is_main, prev = set_mode(false)
-      local ok, err = pcall(walk_chain, h.node, root_grads, retain)
-      restore_mode(co, is_main, prev)
-      if not ok then
-        if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
-        error(err, 0)
-      end
+      run_protected(fname, walk_chain, h.node, root_grads, retain)
       return
     end
   end
@@ -717,13 +723,7 @@ local function run(fname, roots, root_grads, retain, capture, results)
       add_to(buffers, h.node, h.slot, g)
     end
   end
-  local co, is_main, prev = set_mode(false)
-  local ok, err = pcall(walk, ready, tail, deps, buffers, retain, capture, results)
-  restore_mode(co, is_main, prev)
-  if not ok then
-    if type_(err) == "string" and not err:find("^attn") then err = fname .. ": " .. err end
-    error(err, 0)
-  end
+  run_protected(fname, walk, ready, tail, deps, buffers, retain, capture, results)
 end
 
 local function check_grad_arg(fname, t, g, i)
