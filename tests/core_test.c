@@ -13,6 +13,7 @@
 #include "cpu.h"
 #include "ops.h"
 #include "rng.h"
+#include "sdpa_backward.h"
 #include "sdpa_dispatch.h"
 #include "tensor.h"
 #include "tokenizer.h"
@@ -185,6 +186,90 @@ static void test_attention(attn_generator *g) {
   free(q);
   free(k);
   free(v);
+}
+
+/* attn_sdpa_backward's gradients written through strided rows (a module's
+ * heads side by side in [rows, H E + pad]) against the same call's
+ * contiguous gradients, bit for bit, with the padding left as it was: both
+ * kernels, causal, GQA (dK, dV per kv head) and one long slice (the flash
+ * kernel's two passes when threads outnumber slices). A row of non-unit
+ * stride is ATTN_ESHAPE. */
+static void test_backward_strided_grads(attn_generator *g) {
+  enum { E = 16, EV = 8, PAD = 5 };
+  struct { int64_t b, hq, hkv, l; int gqa, causal; } cases[] = {
+      {2, 4, 4, 70, 0, 1}, {2, 4, 2, 90, 1, 0}, {1, 1, 1, 300, 0, 1}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t b = cases[ci].b, hq = cases[ci].hq, hkv = cases[ci].hkv, l = cases[ci].l;
+    int64_t nq = b * hq * l, nk = b * hkv * l;
+    float *q = filled(nq * E, g), *k = filled(nk * E, g), *v = filled(nk * EV, g), *dout = filled(nq * EV, g);
+    float *out = malloc((size_t)(nq * EV) * sizeof(float)), *saved = malloc((size_t)(nq * l) * sizeof(float));
+    int64_t sq[4] = {b, hq, l, E}, sk[4] = {b, hkv, l, E}, sv[4] = {b, hkv, l, EV}, so[4] = {b, hq, l, EV};
+    int64_t slse[3] = {b, hq, l}, sp[4] = {b, hq, l, l};
+    attn_tensor tq = attn_make(q, 4, sq), tk = attn_make(k, 4, sk), tv = attn_make(v, 4, sv);
+    attn_tensor to = attn_make(out, 4, so), tdo = attn_make(dout, 4, so);
+    /* contiguous gradients, then strided: rows of H E + PAD (or H Ev + PAD) floats */
+    float *flat = malloc((size_t)(nq * E + 2 * nk * E) * sizeof(float));
+    int64_t ldq = hq * E + PAD, ldk = hkv * E + PAD, ldv = hkv * EV + PAD;
+    int64_t wide_n = b * l * (ldq + ldk + ldv);
+    float *wide = malloc((size_t)wide_n * sizeof(float)), *wq = wide, *wk = wq + b * l * ldq, *wv = wk + b * l * ldk;
+    if (!out || !saved || !flat || !wide) abort();
+    for (int kernel = ATTN_SDPA_MATH; kernel <= ATTN_SDPA_FLASH; kernel++) {
+      attn_sdpa_opts o = attn_sdpa_defaults();
+      o.scale = 0.25f;
+      o.is_causal = cases[ci].causal;
+      o.enable_gqa = cases[ci].gqa;
+      attn_tensor tsaved = kernel == ATTN_SDPA_MATH ? attn_make(saved, 4, sp) : attn_make(saved, 3, slse);
+      if (kernel == ATTN_SDPA_MATH) o.probs = &tsaved;
+      else o.lse = &tsaved;
+      attn_status st = attn_sdpa_run((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, NULL);
+      o.probs = NULL, o.lse = NULL;
+      attn_tensor cq = attn_make(flat, 4, sq), ck = attn_make(flat + nq * E, 4, sk);
+      attn_tensor cv = attn_make(flat + nq * E + nk * E, 4, sv);
+      attn_sdpa_grads cg = {&cq, &ck, &cv, NULL};
+      if (st == ATTN_OK) st = attn_sdpa_backward((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, &tdo, &tsaved, NULL, &cg);
+      for (int64_t i = 0; i < wide_n; i++) wide[i] = -7.5f; /* the padding's sentinel */
+      attn_tensor rq = cq, rk = ck, rv = cv; /* [B, H, L, *] views of rows [B L, H * + PAD] */
+      rq.data = wq, rk.data = wk, rv.data = wv;
+      rq.stride[0] = l * ldq, rq.stride[1] = E, rq.stride[2] = ldq;
+      rk.stride[0] = l * ldk, rk.stride[1] = E, rk.stride[2] = ldk;
+      rv.stride[0] = l * ldv, rv.stride[1] = EV, rv.stride[2] = ldv;
+      attn_sdpa_grads rg = {&rq, &rk, &rv, NULL};
+      attn_status st2 = st == ATTN_OK ? attn_sdpa_backward((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, &tdo,
+                                                           &tsaved, NULL, &rg)
+                                      : st;
+      int same = st2 == ATTN_OK;
+      const attn_tensor *strided[3] = {&rq, &rk, &rv}, *plain[3] = {&cq, &ck, &cv};
+      for (int gi = 0; gi < 3 && same; gi++) {
+        const attn_tensor *r = strided[gi], *c = plain[gi];
+        for (int64_t i0 = 0; i0 < r->size[0]; i0++)
+          for (int64_t i1 = 0; i1 < r->size[1]; i1++)
+            for (int64_t i2 = 0; i2 < r->size[2]; i2++)
+              for (int64_t i3 = 0; i3 < r->size[3]; i3++) {
+                float a = r->data[i0 * r->stride[0] + i1 * r->stride[1] + i2 * r->stride[2] + i3];
+                float bb = c->data[((i0 * c->size[1] + i1) * c->size[2] + i2) * c->size[3] + i3];
+                if (memcmp(&a, &bb, sizeof a) != 0) same = 0;
+              }
+      }
+      int64_t pads = 0; /* the rows' padding: untouched */
+      for (int64_t r = 0; r < b * l; r++)
+        for (int64_t j = 0; j < PAD; j++)
+          pads += wq[r * ldq + hq * E + j] == -7.5f && wk[r * ldk + hkv * E + j] == -7.5f &&
+                  wv[r * ldv + hkv * EV + j] == -7.5f;
+      char what[160];
+      snprintf(what, sizeof what, "%s backward into strided gradient rows (B %lld, Hq %lld, Hkv %lld, L %lld%s): the "
+               "contiguous call's bits, padding untouched", kernel == ATTN_SDPA_MATH ? "math" : "flash",
+               (long long)b, (long long)hq, (long long)hkv, (long long)l, cases[ci].causal ? ", causal" : "");
+      check(same && pads == b * l * PAD, what);
+      /* a gradient whose rows are not unit-stride is refused */
+      attn_tensor bad = rq;
+      bad.stride[3] = 2, bad.stride[2] = 2 * ldq, bad.stride[0] = 2 * l * ldq;
+      attn_sdpa_grads bg = {&bad, &rk, &rv, NULL};
+      check(attn_sdpa_backward((attn_sdpa_kernel)kernel, &tq, &tk, &tv, &o, &to, &tdo, &tsaved, NULL, &bg) ==
+                ATTN_ESHAPE,
+            "a dq gradient with strided elements is ATTN_ESHAPE");
+    }
+    free(q), free(k), free(v), free(dout), free(out), free(saved), free(flat), free(wide);
+  }
 }
 
 /* The built-in block-mask functions, element by element (0-based query i,
@@ -430,6 +515,7 @@ int main(void) {
   test_broadcast_and_matmul(&g);
   test_softmax(&g);
   test_attention(&g);
+  test_backward_strided_grads(&g);
   test_block_mask_classes();
   test_block_mask_attention(&g);
   test_rng();

@@ -13,7 +13,8 @@
  *   them took train_gpt's step from 216 to 188 ms of CPU on one thread.
  *   with out_proj: dWo = dout^T C [D, D], dbo = colsum dout, dC = dout Wo;
  *   else dC = dout
- *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views)
+ *   dQ, dK, dV = attn_sdpa_backward(dC as [B, h, n, hd] views), written
+ *                into their columns of dQKV [rows, 3D] as head views
  *   dW* = d*^T x [D, d_in], db* = colsum d*, dx = dQ Wq + dK Wk + dV Wv
  * The gradients' products by attn_gemm (attn_matmul's fixed tiles; direct
  * loops for tiny ones, src/core/small_gemm.h); column sums each in row
@@ -34,7 +35,7 @@
 /* Multiply-adds of the forward up to which the backward runs on one thread. */
 #define SERIAL_MACS (1 << 20)
 
-/* The memory passes (heads_to_rows, colsum, dx's sum) go to the threads in
+/* The memory passes (colsum, dx's sum) go to the threads in
  * chunks of PASS_CHUNK floats (none below one chunk) and colsum in bands of
  * COLSUM_BAND columns (whole cache lines of a row) */
 #define PASS_CHUNK (16 * 1024)
@@ -101,18 +102,6 @@ static void colsum(const float *d, int64_t rows, int64_t n, int64_t ld, float *d
   }
 }
 
-/* [B, h, n, hd] contiguous <-> [rows, ld] with the heads side by side, a
- * (batch item, head) per item of the threads */
-static void heads_to_rows(const float *src, int64_t nb, int64_t n, int64_t h, int64_t hd, float *dst, int64_t ld) {
-  int nt = nb * n * h * hd >= PASS_CHUNK ? attn_threads_for(nb * h) : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t bh = 0; bh < nb * h; bh++) {
-    int64_t b = bh / h, hh = bh % h;
-    for (int64_t i = 0; i < n; i++)
-      memcpy(dst + (b * n + i) * ld + hh * hd, src + (bh * n + i) * hd, (size_t)hd * sizeof(float));
-  }
-}
-
 static int grad_fits(const attn_tensor *g, const attn_tensor *param) {
   if (!g) return 1;
   if (!param || g->ndim != param->ndim || !attn_is_contiguous(g)) return 0;
@@ -147,11 +136,10 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   if (sv && (int)kernel != sv->kernel)
     return attn_fail(ATTN_EARG, "the saved state is not that of a forward of these sizes");
   size_t act = (size_t)(rows * dd), saved_n = kernel == ATTN_SDPA_MATH ? (size_t)(nb * h * n * n) : (size_t)(nb * h * n);
-  /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dq/dk/dv [B, h, n, hd],
-   * dqkv [rows, 3D], tmp [rows, d_in] */
+  /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dqkv [rows, 3D], tmp [rows, d_in] */
   size_t tmp_n = (size_t)(rows * d_in);
   size_t kept = sv ? 0 : 3 * act + act + act + saved_n;
-  size_t total = kept + act + 3 * act + 3 * act + tmp_n;
+  size_t total = kept + act + 3 * act + tmp_n;
   float *buf = malloc((total ? total : 1) * sizeof(float));
   if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of module backward scratch", total * sizeof(float));
   attn_self_attention_saved state; /* the forward's: kept, or recomputed below */
@@ -163,7 +151,7 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
     if (!m->wo) state.c = NULL;
   }
   float *o = state.o, *c = state.c, *saved = state.saved, *dc = sv ? buf : buf + kept;
-  float *dqh = dc + act, *dkh = dqh + act, *dvh = dkh + act, *dqkv = dvh + act, *tmp = dqkv + 3 * act;
+  float *dqkv = dc + act, *tmp = dqkv + 3 * act;
 
   /* a small call runs on the calling thread alone: waking an OpenMP team costs
    * more than its work (milliseconds on a loaded machine, as the forward's tiny
@@ -190,12 +178,11 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
     dcp = dc;
   }
   attn_tensor dct = heads_view((float *)dcp, nb, n, h, hd, dd);
-  attn_tensor dqt = attn_make(dqh, 4, hsize), dkt = attn_make(dkh, 4, hsize), dvt = attn_make(dvh, 4, hsize);
+  /* dQ, dK, dV written straight into their columns of dqkv [rows, 3D] (head views) */
+  attn_tensor dqt = heads_view(dqkv, nb, n, h, hd, w3), dkt = heads_view(dqkv + dd, nb, n, h, hd, w3);
+  attn_tensor dvt = heads_view(dqkv + 2 * dd, nb, n, h, hd, w3);
   attn_sdpa_grads sg = {&dqt, &dkt, &dvt, NULL};
   if ((st = attn_sdpa_backward(kernel, &q, &k, &v, &opts, &ot, &dct, &st_t, NULL, &sg)) != ATTN_OK) goto done;
-  heads_to_rows(dqh, nb, n, h, hd, dqkv, w3);
-  heads_to_rows(dkh, nb, n, h, hd, dqkv + dd, w3);
-  heads_to_rows(dvh, nb, n, h, hd, dqkv + 2 * dd, w3);
 
   const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
   attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};

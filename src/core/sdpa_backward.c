@@ -198,6 +198,8 @@ typedef struct bwd_ctx {
   int64_t bk;           /* keys per tile: BK (flash) or Lk (math) */
   int64_t qchunk;       /* query rows of scaled q a thread holds: a multiple of BQ, or Lq */
   int64_t nkblk, nqblk; /* key blocks and query blocks per slice */
+  int64_t kv_batch[ATTN_MAX_DIMS]; /* dK and dV's batch shape: B, its last dim / group with GQA */
+  int64_t ldgq, ldgk, ldgv;        /* the row strides of dQ, dK and dV (their rows may be strided) */
   /* per-thread scratch, in floats: qs [qchunk, E], kp [Lk, E], vp [Lk, Ev], dop [Lq, Ev] (those packed),
    * d [Lq], s, dw, w [BQ, bk], f [bk], capped [BQ, bk] (softcap), kt [E, bk], vt [Ev, bk] (a key block's
    * K^T and V^T) */
@@ -216,6 +218,25 @@ static int64_t batch_offset(const attn_sdpa_problem *p, const attn_tensor *t, in
     bi /= p->batch[d];
   }
   return off;
+}
+
+/* The offset of kv group gi in t, of shape [Bkv..., rows, cols] (dK, dV). */
+static int64_t kv_offset(const bwd_ctx *c, const attn_tensor *t, int64_t gi) {
+  int64_t off = 0;
+  for (int d = c->p.nbatch - 1; d >= 0; d--) {
+    off += (gi % c->kv_batch[d]) * t->stride[d];
+    gi /= c->kv_batch[d];
+  }
+  return off;
+}
+
+/* rows [r0, r1) of a gradient [rows, cols] (row stride ld) set to 0 */
+static void zero_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
+  if (ld == cols) {
+    memset(g + r0 * ld, 0, (size_t)((r1 - r0) * cols) * sizeof(float));
+    return;
+  }
+  for (int64_t r = r0; r < r1; r++) memset(g + r * ld, 0, (size_t)cols * sizeof(float));
 }
 
 /* src [rows, cols] strided -> dst row-major (ld = cols). */
@@ -280,9 +301,9 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
   int nb = p->nbatch;
   t->bi = bi;
   attn_sdpa_slice_at(p, bi, &t->sl);
-  t->dq = c->g.dq->data + bi * lq * e;
-  t->dk = c->g.dk->data + bi / c->group * lk * e; /* GQA: the kv head's, shared by its group */
-  t->dv = c->g.dv->data + bi / c->group * lk * ev;
+  t->dq = c->g.dq->data + batch_offset(p, c->g.dq, bi);
+  t->dk = c->g.dk->data + kv_offset(c, c->g.dk, bi / c->group); /* GQA: the kv head's, shared by its group */
+  t->dv = c->g.dv->data + kv_offset(c, c->g.dv, bi / c->group);
   t->dbias = c->g.dbias ? c->g.dbias->data + bi * lq * lk : NULL;
   /* qs: fl(q * scale) as the forward, loaded by load_qs */
   t->qs = w;
@@ -413,7 +434,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
     *wt_out = s;
     *ldw_out = ld;
     if ((what & TILE_DQ) && e > 0)
-      gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * e, e);
+      gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * c->ldgq, c->ldgq);
     return;
   }
   /* softcap: the capped scores s' = c tanh(S0 / c), S0 = Qs_i K^T, recomputed
@@ -494,7 +515,7 @@ static void tile_step(const bwd_ctx *c, const bwd_slice *t, int64_t i0, int64_t 
   }
   /* dQ_i += scale dS K_j [rows, E] */
   if ((what & TILE_DQ) && e > 0)
-    gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * e, e);
+    gemm(c, 0, rows, e, kn, p->scale, dw, ld, t->kp + kb * ldk, ldk, 1, t->dq + i0 * c->ldgq, c->ldgq);
 }
 
 /* The tile of query rows [i0, i0 + BQ) and keys [k0, k1) of slice t, cut to
@@ -541,9 +562,9 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
   }
   /* dV_j += W^T dO_i [kn, Ev]; dK_j += dS^T Qs_i [kn, E] */
   if ((what & TILE_DKV) && ev > 0)
-    gemm(c, 1, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1, t->dv + kb * ev, ev);
+    gemm(c, 1, kn, ev, rows, 1.0f, wt, ldw, t->dop + i0 * t->lddo, t->lddo, 1, t->dv + kb * c->ldgv, c->ldgv);
   if ((what & TILE_DKV) && e > 0)
-    gemm(c, 1, kn, e, rows, 1.0f, t->dw, kn, t->qs + (i0 - t->q0) * e, e, 1, t->dk + kb * e, e);
+    gemm(c, 1, kn, e, rows, 1.0f, t->dw, kn, t->qs + (i0 - t->q0) * e, e, 1, t->dk + kb * c->ldgk, c->ldgk);
 }
 
 /* Work item `item` with the calling thread's scratch block w. By group: the
@@ -561,10 +582,10 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
   bwd_slice t;
   if (pass == 0) { /* the whole kv group */
     int64_t gi = item;
-    memset(c->g.dk->data + gi * lk * e, 0, (size_t)(lk * e) * sizeof(float));
-    memset(c->g.dv->data + gi * lk * ev, 0, (size_t)(lk * ev) * sizeof(float));
+    zero_rows(c->g.dk->data + kv_offset(c, c->g.dk, gi), 0, lk, e, c->ldgk);
+    zero_rows(c->g.dv->data + kv_offset(c, c->g.dv, gi), 0, lk, ev, c->ldgv);
     for (int64_t bi = gi * g; bi < (gi + 1) * g; bi++) {
-      memset(c->g.dq->data + bi * lq * e, 0, (size_t)(lq * e) * sizeof(float));
+      zero_rows(c->g.dq->data + batch_offset(p, c->g.dq, bi), 0, lq, e, c->ldgq);
       if (c->g.dbias) memset(c->g.dbias->data + bi * lq * lk, 0, (size_t)(lq * lk) * sizeof(float));
       if (lq == 0 || lk == 0) continue;
       prepare_slice(c, bi, w, 0, lq, 0, lk, &t);
@@ -583,8 +604,8 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
     }
   } else if (pass == 1) { /* kv group gi, keys [k0, k1): dK, dV and dbias */
     int64_t gi = item / c->nkblk, k0 = item % c->nkblk * c->bk, k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
-    memset(c->g.dk->data + (gi * lk + k0) * e, 0, (size_t)((k1 - k0) * e) * sizeof(float));
-    memset(c->g.dv->data + (gi * lk + k0) * ev, 0, (size_t)((k1 - k0) * ev) * sizeof(float));
+    zero_rows(c->g.dk->data + kv_offset(c, c->g.dk, gi), k0, k1, e, c->ldgk);
+    zero_rows(c->g.dv->data + kv_offset(c, c->g.dv, gi), k0, k1, ev, c->ldgv);
     for (int64_t bi = gi * g; bi < (gi + 1) * g; bi++) {
       if (c->g.dbias)
         for (int64_t i = 0; i < lq; i++)
@@ -595,7 +616,7 @@ static void run_item(const bwd_ctx *c, int64_t item, int pass, float *w) {
     }
   } else { /* slice bi, query rows [i0, i0 + BQ): dQ */
     int64_t bi = item / c->nqblk, i0 = item % c->nqblk * BQ, i1 = lq - i0 < BQ ? lq : i0 + BQ;
-    memset(c->g.dq->data + (bi * lq + i0) * e, 0, (size_t)((i1 - i0) * e) * sizeof(float));
+    zero_rows(c->g.dq->data + batch_offset(p, c->g.dq, bi), i0, i1, e, c->ldgq);
     prepare_slice(c, bi, w, i0, i1, 0, lk, &t);
     for (int64_t k0 = 0; k0 < lk; k0 += c->bk) {
       int64_t k1 = lk - k0 < c->bk ? lk : k0 + c->bk;
@@ -625,6 +646,24 @@ static attn_status check_shape_of(const attn_tensor *t, int nb, const int64_t *b
   char b1[200], b2[200];
   return attn_fail(ATTN_ESHAPE, "%s must be %s%s, got %s", what, contiguous ? "contiguous " : "",
                    attn_sizes_str(nb + 2, want, b1, sizeof b1), attn_shape_str(t, b2, sizeof b2));
+}
+
+/* A gradient dq, dk or dv: exactly [batch..., rows, cols], each row's
+ * elements adjacent (unit stride) and no two elements at one address (rows
+ * may be strided: a module's heads side by side in its rows). ATTN_ESHAPE
+ * naming `what` otherwise; its row stride in *ld. */
+static attn_status check_grad(const attn_tensor *t, int nb, const int64_t *batch, int64_t rows, int64_t cols,
+                              const char *what, int64_t *ld) {
+  attn_status st = check_shape_of(t, nb, batch, rows, cols, 0, what);
+  if (st != ATTN_OK) return st;
+  int unit = cols <= 1 || t->stride[nb + 1] == 1;
+  if (!unit || attn_has_internal_overlap(t)) {
+    char b[200];
+    return attn_fail(ATTN_ESHAPE, "%s must have unit-stride rows that do not overlap, got %s", what,
+                     attn_shape_str(t, b, sizeof b));
+  }
+  *ld = rows > 1 ? t->stride[nb] : (cols > 1 ? cols : 1);
+  return ATTN_OK;
 }
 
 /* check_shape_of with the problem's batch shape B. */
@@ -666,14 +705,13 @@ attn_status attn_sdpa_backward(attn_sdpa_kernel kernel, const attn_tensor *q, co
     if (kernel != ATTN_SDPA_MATH) return attn_fail(ATTN_EARG, "dweights needs the math kernel (the weights are its)");
     if ((st = check_shape(dweights, p, p->lq, p->lk, 0, "dweights")) != ATTN_OK) return st;
   }
-  if ((st = check_shape(grads->dq, p, p->lq, p->e, 1, "dq")) != ATTN_OK) return st;
+  if ((st = check_grad(grads->dq, p->nbatch, p->batch, p->lq, p->e, "dq", &c.ldgq)) != ATTN_OK) return st;
   /* dk, dv: one per kv head (enable_gqa: B with its head dim divided by the group) */
   c.group = p->gqa_group > 1 ? p->gqa_group : 1;
-  int64_t kv_batch[ATTN_MAX_DIMS];
-  memcpy(kv_batch, p->batch, (size_t)p->nbatch * sizeof(int64_t));
-  if (c.group > 1) kv_batch[p->nbatch - 1] /= c.group;
-  if ((st = check_shape_of(grads->dk, p->nbatch, kv_batch, p->lk, p->e, 1, "dk")) != ATTN_OK) return st;
-  if ((st = check_shape_of(grads->dv, p->nbatch, kv_batch, p->lk, p->ev, 1, "dv")) != ATTN_OK) return st;
+  memcpy(c.kv_batch, p->batch, (size_t)p->nbatch * sizeof(int64_t));
+  if (c.group > 1) c.kv_batch[p->nbatch - 1] /= c.group;
+  if ((st = check_grad(grads->dk, p->nbatch, c.kv_batch, p->lk, p->e, "dk", &c.ldgk)) != ATTN_OK) return st;
+  if ((st = check_grad(grads->dv, p->nbatch, c.kv_batch, p->lk, p->ev, "dv", &c.ldgv)) != ATTN_OK) return st;
   if (grads->dbias) {
     if (!p->has_bias) return attn_fail(ATTN_EARG, "dbias given for a call without bias");
     if ((st = check_shape(grads->dbias, p, p->lq, p->lk, 1, "dbias")) != ATTN_OK) return st;

@@ -23,12 +23,16 @@
 #define ATTN_SDPA_BWD_BQ 64
 #define ATTN_SDPA_BWD_BK 128
 
-/* Where the gradients go: contiguous tensors of the expanded shapes
- * dq [B..., Lq, E], dk [Bkv..., Lk, E], dv [Bkv..., Lk, Ev] and dbias (NULL,
- * or [B..., Lq, Lk] when the call has a bias; the gradient of the scores
- * after scaling and softcap, which is the bias's). Bkv is B, except with
- * enable_gqa: its last dim (the query heads Hq) becomes the kv heads Hq / g,
- * each getting the sum over its g query heads. Each is overwritten. */
+/* Where the gradients go: tensors of the expanded shapes dq [B..., Lq, E],
+ * dk [Bkv..., Lk, E], dv [Bkv..., Lk, Ev] and dbias (NULL, or [B..., Lq, Lk]
+ * when the call has a bias; the gradient of the scores after scaling and
+ * softcap, which is the bias's). Bkv is B, except with enable_gqa: its last
+ * dim (the query heads Hq) becomes the kv heads Hq / g, each getting the sum
+ * over its g query heads. dbias is contiguous; dq, dk and dv need only
+ * unit-stride rows and no element shared (a fused module writes its heads'
+ * gradients straight into the columns of its [rows, 3D] buffer), the same
+ * bits as contiguous ones. Each is overwritten, nothing between its rows
+ * touched. */
 typedef struct attn_sdpa_grads {
   attn_tensor *dq, *dk, *dv, *dbias;
 } attn_sdpa_grads;
