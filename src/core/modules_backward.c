@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_nonpos.h"
 #include "modules_backward.h"
 #include "ops.h"
 #include "sdpa_backward.h"
@@ -40,6 +41,22 @@
  * COLSUM_BAND columns (whole cache lines of a row) */
 #define PASS_CHUNK (16 * 1024)
 #define COLSUM_BAND 32
+
+/* dst [n] += src [n], element by element (vectorised: same bits in any width) */
+ATTN_VECTOR_CLONES static void add_into(float *restrict dst, const float *restrict src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* db [w] = column sums of d [rows, w] (row stride ld), each in row order */
+ATTN_VECTOR_CLONES static void colsum_band(const float *restrict d, int64_t rows, int64_t w, int64_t ld,
+                                           float *restrict db) {
+  for (int64_t j = 0; j < w; j++) db[j] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++) db[j] += d[r * ld + j];
+  }
+}
 
 /* A [B, h, n, hd] view of heads laid side by side in rows of ld floats. */
 static attn_tensor heads_view(float *data, int64_t nb, int64_t n, int64_t h, int64_t hd, int64_t ld) {
@@ -83,7 +100,7 @@ static void linear_dx(const float *dy, int64_t ldy, int64_t rows, int64_t nout, 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t ch = 0; ch < chunks; ch++) {
       int64_t end = (ch + 1) * PASS_CHUNK < total ? (ch + 1) * PASS_CHUNK : total;
-      for (int64_t i = ch * PASS_CHUNK; i < end; i++) dx[i] += tmp[i];
+      add_into(dx + ch * PASS_CHUNK, tmp + ch * PASS_CHUNK, end - ch * PASS_CHUNK);
     }
   }
 }
@@ -96,9 +113,7 @@ static void colsum(const float *d, int64_t rows, int64_t n, int64_t ld, float *d
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t bj = 0; bj < bands; bj++) {
     int64_t j0 = bj * COLSUM_BAND, j1 = j0 + COLSUM_BAND < n ? j0 + COLSUM_BAND : n;
-    for (int64_t j = j0; j < j1; j++) db[j] = 0.0f;
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = j0; j < j1; j++) db[j] += d[r * ld + j];
+    colsum_band(d + j0, rows, j1 - j0, ld, db + j0);
   }
 }
 
