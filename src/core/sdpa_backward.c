@@ -372,16 +372,13 @@ static void load_qs(const attn_sdpa_problem *p, bwd_slice *t, int64_t r0, int64_
 }
 
 /* K^T and V^T of the key block [k0, k1) of slice t into its kt, vt: packed
- * once per key block, read by the scores and dW of every query block. */
+ * once per key block, read by the scores and dW of every query block. The
+ * set's transposed copy (times 1: the same floats; AVX-512 gathers 16 keys
+ * of a column at a time). */
 static void load_kv_t(const bwd_ctx *c, bwd_slice *t, int64_t k0, int64_t k1) {
   int64_t e = c->p.e, ev = c->p.ev, ld = t->ldkt;
-  for (int64_t j0 = k0; j0 < k1; j0 += 16) { /* 16 keys at a time: 16 rows read, each Kt row written 16 wide */
-    int64_t j1 = k1 - j0 < 16 ? k1 : j0 + 16;
-    for (int64_t d = 0; d < e; d++)
-      for (int64_t j = j0; j < j1; j++) t->kt[d * ld + j - k0] = t->kp[j * t->ldk + d];
-    for (int64_t d = 0; d < ev; d++)
-      for (int64_t j = j0; j < j1; j++) t->vt[d * ld + j - k0] = t->vp[j * t->ldv + d];
-  }
+  c->kr->transpose(t->kp + k0 * t->ldk, t->ldk, 1, k1 - k0, e, t->kt, ld, 1.0f);
+  c->kr->transpose(t->vp + k0 * t->ldv, t->ldv, 1, k1 - k0, ev, t->vt, ld, 1.0f);
   t->kt0 = k0;
 }
 
