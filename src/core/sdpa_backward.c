@@ -239,6 +239,11 @@ static void zero_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld
   for (int64_t r = r0; r < r1; r++) memset(g + r * ld, 0, (size_t)cols * sizeof(float));
 }
 
+/* columns [j0, j1) of row r of a tile (row stride ld) set to 0; none for a NULL tile */
+static void zero_cols(float *tile, int64_t r, int64_t ld, int64_t j0, int64_t j1) {
+  if (tile && j1 > j0) memset(tile + r * ld + j0, 0, (size_t)(j1 - j0) * sizeof(float));
+}
+
 /* src [rows, cols] strided -> dst row-major (ld = cols). */
 static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float *dst) {
   for (int64_t r = 0; r < rows; r++)
@@ -540,16 +545,20 @@ static void run_tile(const bwd_ctx *c, bwd_slice *t, int64_t i0, int64_t k0, int
     tile_step(c, t, i0, rows, kb, kn, kn, 0, what, 1, &wt, &ldw);
   } else {
     float *wd = p->dropout_p > 0.0 ? t->wd : t->probs ? NULL : t->s; /* W, unless the saved probs */
-    for (int64_t r = 0; r < rows; r++) {
-      if (wd) memset(wd + r * kn, 0, (size_t)kn * sizeof(float));
-      memset(t->dw + r * kn, 0, (size_t)kn * sizeof(float));
-    }
     wt = wd ? wd : t->probs + i0 * p->lk + kb;
     ldw = wd ? kn : p->lk;
     for (int64_t g = 0; g < rows; g += STEP_ROWS) {
       int64_t n = rows - g < STEP_ROWS ? rows - g : STEP_ROWS;
       attn_key_range gk = attn_sdpa_rows_keys(p, i0 + g, n);
       int64_t gb = gk.begin > kb ? gk.begin : kb, ge = gk.end < ke ? gk.end : ke;
+      if (ge <= gb) gb = ge = ke; /* a step that sees none of the tile's keys: all zeros */
+      /* the step writes W and dS over its keys [gb, ge); zeros around them */
+      for (int64_t r = g; r < g + n; r++) {
+        zero_cols(wd, r, kn, 0, gb - kb);
+        zero_cols(wd, r, kn, ge - kb, kn);
+        zero_cols(t->dw, r, kn, 0, gb - kb);
+        zero_cols(t->dw, r, kn, ge - kb, kn);
+      }
       const float *unused_w;
       int64_t unused_ld;
       if (ge > gb)
