@@ -310,6 +310,8 @@ attn_status attn_matmul_add_bias(const attn_tensor *a, const attn_tensor *b, con
   return matmul_bias(a, b, bias->data, out);
 }
 
+int attn_gemm_is_own(int64_t m, int64_t n, int64_t k) { return own_gemm(m, n, k) != NULL; }
+
 void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return;

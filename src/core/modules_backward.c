@@ -151,10 +151,11 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   if (sv && (int)kernel != sv->kernel)
     return attn_fail(ATTN_EARG, "the saved state is not that of a forward of these sizes");
   size_t act = (size_t)(rows * dd), saved_n = kernel == ATTN_SDPA_MATH ? (size_t)(nb * h * n * n) : (size_t)(nb * h * n);
-  /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dqkv [rows, 3D], tmp [rows, d_in] */
-  size_t tmp_n = (size_t)(rows * d_in);
+  /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dqkv [rows, 3D], tmp [rows, d_in],
+   * dw3 [3D, d_in] (the three weights' gradients as one product) */
+  size_t tmp_n = (size_t)(rows * d_in), dw3_n = (size_t)(w3 * d_in);
   size_t kept = sv ? 0 : 3 * act + act + act + saved_n;
-  size_t total = kept + act + 3 * act + tmp_n;
+  size_t total = kept + act + 3 * act + tmp_n + dw3_n;
   float *buf = malloc((total ? total : 1) * sizeof(float));
   if (!buf) return attn_fail(ATTN_ENOMEM, "cannot allocate %zu bytes of module backward scratch", total * sizeof(float));
   attn_self_attention_saved state; /* the forward's: kept, or recomputed below */
@@ -166,7 +167,7 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
     if (!m->wo) state.c = NULL;
   }
   float *o = state.o, *c = state.c, *saved = state.saved, *dc = sv ? buf : buf + kept;
-  float *dqkv = dc + act, *tmp = dqkv + 3 * act;
+  float *dqkv = dc + act, *tmp = dqkv + 3 * act, *dw3 = tmp + tmp_n;
 
   /* a small call runs on the calling thread alone: waking an OpenMP team costs
    * more than its work (milliseconds on a loaded machine, as the forward's tiny
@@ -201,9 +202,18 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
 
   const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
   attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
+  /* dWq, dWk, dWv as one product dQKV^T x [3D, d_in] where the own GEMM runs
+   * each of them (its bits depend on no tile, so each row is the one its own
+   * product gives): x is packed once instead of three times */
+  int one_dw = g->dwq && g->dwk && g->dwv && dd * d_in * rows > ATTN_SMALL_GEMM_MACS &&
+               attn_gemm_is_own(dd, d_in, rows) && attn_gemm_is_own(w3, d_in, rows);
+  if (one_dw) {
+    attn_gemm(1, 0, w3, d_in, rows, dqkv, w3, x->data, d_in, dw3, d_in);
+    for (int i = 0; i < 3; i++) memcpy(dws[i]->data, dw3 + i * dd * d_in, (size_t)(dd * d_in) * sizeof(float));
+  }
   for (int i = 0; i < 3; i++) {
     const float *di = dqkv + i * dd;
-    if (dws[i]) product(1, 0, dd, d_in, rows, di, w3, x->data, d_in, dws[i]->data, d_in);
+    if (dws[i] && !one_dw) product(1, 0, dd, d_in, rows, di, w3, x->data, d_in, dws[i]->data, d_in);
     if (dbs[i]) colsum(di, rows, dd, w3, dbs[i]->data);
     if (g->dx) linear_dx(di, w3, rows, dd, ws[i], g->dx->data, d_in, i > 0, tmp);
   }
