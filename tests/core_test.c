@@ -188,6 +188,29 @@ static void test_attention(attn_generator *g) {
   free(v);
 }
 
+/* attn_gemm_bias against attn_gemm followed by a separate + bias, bit for
+ * bit: shapes on the own GEMM and on BLAS, transposed operands, k = 0. */
+static void test_gemm_bias(attn_generator *g) {
+  struct { int64_t m, n, k; int ta, tb; } cases[] = {{70, 45, 33, 0, 1}, {130, 200, 64, 1, 0}, {8, 300, 20, 0, 0},
+                                                     {50, 20, 0, 0, 0}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+    float *a = filled(m * k + 1, g), *b = filled(k * n + 1, g), *bias = filled(n, g);
+    float *c1 = malloc((size_t)(m * n) * sizeof(float)), *c2 = malloc((size_t)(m * n) * sizeof(float));
+    if (!c1 || !c2) abort();
+    int64_t lda = cases[ci].ta ? m : k, ldb = cases[ci].tb ? k : n;
+    attn_gemm(cases[ci].ta, cases[ci].tb, m, n, k, a, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, c1, n);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) c1[i * n + j] = c1[i * n + j] + bias[j];
+    attn_gemm_bias(cases[ci].ta, cases[ci].tb, m, n, k, a, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, bias, c2, n);
+    char what[120];
+    snprintf(what, sizeof what, "attn_gemm_bias [%lld, %lld] over %lld: the bits of the product, then + bias",
+             (long long)m, (long long)n, (long long)k);
+    check(memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) == 0, what);
+    free(a), free(b), free(bias), free(c1), free(c2);
+  }
+}
+
 /* attn_sdpa_backward's gradients written through strided rows (a module's
  * heads side by side in [rows, H E + pad]) against the same call's
  * contiguous gradients, bit for bit, with the padding left as it was: both
@@ -515,6 +538,7 @@ int main(void) {
   test_broadcast_and_matmul(&g);
   test_softmax(&g);
   test_attention(&g);
+  test_gemm_bias(&g);
   test_backward_strided_grads(&g);
   test_block_mask_classes();
   test_block_mask_attention(&g);

@@ -314,6 +314,11 @@ int attn_gemm_is_own(int64_t m, int64_t n, int64_t k) { return own_gemm(m, n, k)
 
 void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc) {
+  attn_gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, NULL, c, ldc);
+}
+
+void attn_gemm_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   int64_t tm, tn;
@@ -331,13 +336,16 @@ void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
       int64_t r0 = it / nt * tm, c0 = it % nt * tn;
       int64_t rows = m - r0 < tm ? m - r0 : tm, cols = n - c0 < tn ? n - c0 : tn;
       const float *pa = a + (trans_a ? r0 : r0 * lda), *pb = b + (trans_b ? c0 * ldb : c0);
+      float *pc = c + r0 * ldc + c0;
+      const float *pbias = bias ? bias + c0 : NULL;
       if (k == 0) {
-        for (int64_t r = 0; r < rows; r++) memset(c + (r0 + r) * ldc + c0, 0, (size_t)cols * sizeof(float));
-        continue;
+        for (int64_t r = 0; r < rows; r++) memset(pc + r * ldc, 0, (size_t)cols * sizeof(float));
+      } else {
+        if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, pc, ldc, pbias)) continue;
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
+                    (blasint)ldb, 0.0f, pc, (blasint)ldc);
       }
-      if (own && own(trans_a, trans_b, rows, cols, k, pa, lda, pb, ldb, c + r0 * ldc + c0, ldc, NULL)) continue;
-      cblas_sgemm(CblasRowMajor, ta, tb, (blasint)rows, (blasint)cols, (blasint)k, 1.0f, pa, (blasint)lda, pb,
-                  (blasint)ldb, 0.0f, c + r0 * ldc + c0, (blasint)ldc);
+      if (pbias) add_bias_tile(pc, rows, cols, ldc, pbias);
     }
   }
 }

@@ -419,11 +419,15 @@ static void linear_blas(const float *x, int64_t rows, int64_t nin, const attn_te
   /* w [nout, nin] as w^T [nin, nout] for row-major BLAS (checked by the caller) */
   int trans = w->stride[1] == 1;
   int64_t ldw = trans ? w->stride[0] : w->stride[1];
-  /* attn_matmul's tiles: the bits of the module path (matmul, then + bias) for any thread count */
+  /* attn_matmul's tiles: the bits of the module path (matmul, then + bias) for any thread count;
+   * a contiguous bias added in the product's stores */
+  int64_t sb = b ? b->stride[0] : 1;
+  if (!b || sb == 1 || nout == 1) {
+    attn_gemm_bias(0, trans, rows, nout, nin, x, nin, w->data, ldw, b ? b->data : NULL, y, ldy);
+    return;
+  }
   attn_gemm(0, trans, rows, nout, nin, x, nin, w->data, ldw, y, ldy);
-  if (!b) return;
   const float *bd = b->data;
-  int64_t sb = b->stride[0];
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * nout > PARALLEL_ELEMS)
   for (int64_t r = 0; r < rows; r++) {
     float *yr = y + r * ldy;

@@ -74,6 +74,11 @@ attn_status attn_matmul_add_bias(const attn_tensor *a, const attn_tensor *b, con
  * 2-D product and do not depend on the thread count. m, n, k, lda, ldb, ldc <= INT_MAX. */
 void attn_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc);
+/* attn_gemm, then c[i, j] + bias[j] (bias contiguous [n]): the bits of the
+ * two steps, the bias added to each tile as it is finished (in the own
+ * GEMM's stores), not in a pass of its own over c. */
+void attn_gemm_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
 /* 1 when attn_gemm runs an [m, n] product over k on the project's own GEMM
  * (src/core/sgemm.h), whose bits depend on no tile: then its rows (or
  * columns) may be computed as part of a larger product, the same bits. */
