@@ -482,15 +482,19 @@ end
 -- pause (by default until the heap has doubled) before freeing it: a training
 -- step's backward would hold every spent gradient at once. So the walk runs a
 -- full collection whenever the heap (tensor bytes included: they are
--- userdata) has grown by 10%, and at least 512 KiB, since the walk began or
+-- userdata) has grown by 25%, and at least 512 KiB, since the walk began or
 -- the last collection. scripts/train_gpt.lua's default run: peak RSS above
 -- the process's start 1.68x (no collection) -> 1.44x (a tenth, 2 MiB) ->
 -- 1.28x the bytes training needs at 3%, which a collection after every node
--- does not lower. Each collection marks every live Lua object (0.2 to 1 ms
--- in a GPTModel's backward): at 3% the bench's train_gpt step ran 19 of them
--- (8% of its one-thread time), at 10% 9, for 4.4 MiB more peak RSS in that
--- default run (70.7 -> 75.1 MiB).
-local GC_GROWTH, GC_MIN_KB = 1.10, 512
+-- does not lower. Each collection walks every Lua object (0.2 to 1 ms in a
+-- GPTModel's backward; under lua5.4's generational mode a full collection
+-- first turns every object white, a pointer chase through the whole list):
+-- the bench's train_gpt step ran 19 of them at 3% (8% of its one-thread
+-- time), 10 at 10% (6.5 ms of CPU a step, serial while the other threads
+-- wait) and 3 at 25% (2.5 ms), for a peak RSS of 70.7, 74.1 and 77.3 MiB in
+-- that default run (train_gpt.lua --report-memory; 1.51x the 51.3 MiB it
+-- needs at 25%).
+local GC_GROWTH, GC_MIN_KB = 1.25, 512
 local collect = collectgarbage
 
 -- the heap size (KiB) past which the walk collects next: GC_GROWTH of the
