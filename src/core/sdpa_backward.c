@@ -335,14 +335,27 @@ static void prepare_slice(const bwd_ctx *c, int64_t bi, float *w, int64_t r0, in
     dop = w + c->off_dop;
   }
   t->dop = dop;
-  /* D [Lq] = rowsum(dO * O), summed in double */
+  /* D [Lq] = rowsum(dO * O), each row's sum in double in increasing d; four
+   * rows side by side, so the adds of one row do not wait on each other's
+   * latency alone */
   float *dd = w + c->off_d;
   const float *o = out->data + batch_offset(p, out, bi);
-  for (int64_t i = r0; i < r1; i++) {
+  int64_t os0 = out->stride[nb], os1 = out->stride[nb + 1], ldo = t->lddo, row = r0;
+  for (; row + 4 <= r1; row += 4) {
+    const float *d0 = dop + row * ldo, *o0 = o + row * os0;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    for (int64_t d = 0; d < ev; d++) {
+      a0 += (double)d0[d] * (double)o0[d * os1];
+      a1 += (double)d0[ldo + d] * (double)o0[os0 + d * os1];
+      a2 += (double)d0[2 * ldo + d] * (double)o0[2 * os0 + d * os1];
+      a3 += (double)d0[3 * ldo + d] * (double)o0[3 * os0 + d * os1];
+    }
+    dd[row] = (float)a0, dd[row + 1] = (float)a1, dd[row + 2] = (float)a2, dd[row + 3] = (float)a3;
+  }
+  for (; row < r1; row++) {
     double acc = 0.0;
-    for (int64_t d = 0; d < ev; d++)
-      acc += (double)dop[i * t->lddo + d] * (double)o[i * out->stride[nb] + d * out->stride[nb + 1]];
-    dd[i] = (float)acc;
+    for (int64_t d = 0; d < ev; d++) acc += (double)dop[row * ldo + d] * (double)o[row * os0 + d * os1];
+    dd[row] = (float)acc;
   }
   t->dwt = NULL;
   if (c->dweights) { /* D += rowsum(W * dWeights): the weights output's own gradient */
