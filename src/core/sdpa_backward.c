@@ -146,6 +146,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "exp_nonpos.h"
 #include "kernels_bwd.h"
 #include "rng.h"
 #include "sdpa_backward.h"
@@ -230,13 +231,27 @@ static int64_t kv_offset(const bwd_ctx *c, const attn_tensor *t, int64_t gi) {
   return off;
 }
 
+/* rows [r0, r1) of strided short rows (row stride ld) set to 0: vector
+ * stores in place (a memset call per row of a head's 32 floats cost more
+ * than its stores; GCC would turn the loop back into one) */
+ATTN_VECTOR_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
+zero_short_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
+  for (int64_t r = r0; r < r1; r++) {
+    float *gr = g + r * ld;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; j++) gr[j] = 0.0f;
+  }
+}
+
 /* rows [r0, r1) of a gradient [rows, cols] (row stride ld) set to 0 */
 static void zero_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
   if (ld == cols) {
     memset(g + r0 * ld, 0, (size_t)((r1 - r0) * cols) * sizeof(float));
-    return;
+  } else if (cols <= 256) {
+    zero_short_rows(g, r0, r1, cols, ld);
+  } else {
+    for (int64_t r = r0; r < r1; r++) memset(g + r * ld, 0, (size_t)cols * sizeof(float));
   }
-  for (int64_t r = r0; r < r1; r++) memset(g + r * ld, 0, (size_t)cols * sizeof(float));
 }
 
 /* columns [j0, j1) of row r of a tile (row stride ld) set to 0; none for a NULL tile */
