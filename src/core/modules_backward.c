@@ -151,9 +151,14 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
   if (sv && (int)kernel != sv->kernel)
     return attn_fail(ATTN_EARG, "the saved state is not that of a forward of these sizes");
   size_t act = (size_t)(rows * dd), saved_n = kernel == ATTN_SDPA_MATH ? (size_t)(nb * h * n * n) : (size_t)(nb * h * n);
+  /* dWq, dWk, dWv as one product dQKV^T x [3D, d_in] where the own GEMM runs
+   * each of them (its bits depend on no tile, so each row is the one its own
+   * product gives): x is packed once instead of three times */
+  int one_dw = g->dwq && g->dwk && g->dwv && dd * d_in * rows > ATTN_SMALL_GEMM_MACS &&
+               attn_gemm_is_own(dd, d_in, rows) && attn_gemm_is_own(w3, d_in, rows);
   /* the state (unless kept: qkv [3, rows, D], o, c, saved), dc [rows, D], dqkv [rows, 3D], tmp [rows, d_in],
-   * dw3 [3D, d_in] (the three weights' gradients as one product) */
-  size_t tmp_n = (size_t)(rows * d_in), dw3_n = (size_t)(w3 * d_in);
+   * dw3 [3D, d_in] (with one_dw: that product) */
+  size_t tmp_n = (size_t)(rows * d_in), dw3_n = one_dw ? (size_t)(w3 * d_in) : 0;
   size_t kept = sv ? 0 : 3 * act + act + act + saved_n;
   size_t total = kept + act + 3 * act + tmp_n + dw3_n;
   float *buf = malloc((total ? total : 1) * sizeof(float));
@@ -202,11 +207,6 @@ static attn_status backward(const attn_self_attention *m, const attn_tensor *x, 
 
   const attn_tensor *ws[3] = {m->wq, m->wk, m->wv};
   attn_tensor *dws[3] = {g->dwq, g->dwk, g->dwv}, *dbs[3] = {g->dbq, g->dbk, g->dbv};
-  /* dWq, dWk, dWv as one product dQKV^T x [3D, d_in] where the own GEMM runs
-   * each of them (its bits depend on no tile, so each row is the one its own
-   * product gives): x is packed once instead of three times */
-  int one_dw = g->dwq && g->dwk && g->dwv && dd * d_in * rows > ATTN_SMALL_GEMM_MACS &&
-               attn_gemm_is_own(dd, d_in, rows) && attn_gemm_is_own(w3, d_in, rows);
   if (one_dw) {
     attn_gemm(1, 0, w3, d_in, rows, dqkv, w3, x->data, d_in, dw3, d_in);
     for (int i = 0; i < 3; i++) memcpy(dws[i]->data, dw3 + i * dd * d_in, (size_t)(dd * d_in) * sizeof(float));

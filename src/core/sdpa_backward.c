@@ -211,31 +211,32 @@ typedef struct bwd_ctx {
   int64_t gsize, goff[ATTN_SMOD_MAX_TABLES];
 } bwd_ctx;
 
-/* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
-static int64_t batch_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
+/* The offset of index bi of the batch shape batch [nb] in t, of shape
+ * [batch..., rows, cols] exactly. */
+static int64_t offset_in(int nb, const int64_t *batch, const attn_tensor *t, int64_t bi) {
   int64_t off = 0;
-  for (int d = p->nbatch - 1; d >= 0; d--) {
-    off += (bi % p->batch[d]) * t->stride[d];
-    bi /= p->batch[d];
+  for (int d = nb - 1; d >= 0; d--) {
+    off += (bi % batch[d]) * t->stride[d];
+    bi /= batch[d];
   }
   return off;
+}
+
+/* The offset of slice bi in t, of shape [B..., rows, cols] exactly. */
+static int64_t batch_offset(const attn_sdpa_problem *p, const attn_tensor *t, int64_t bi) {
+  return offset_in(p->nbatch, p->batch, t, bi);
 }
 
 /* The offset of kv group gi in t, of shape [Bkv..., rows, cols] (dK, dV). */
 static int64_t kv_offset(const bwd_ctx *c, const attn_tensor *t, int64_t gi) {
-  int64_t off = 0;
-  for (int d = c->p.nbatch - 1; d >= 0; d--) {
-    off += (gi % c->kv_batch[d]) * t->stride[d];
-    gi /= c->kv_batch[d];
-  }
-  return off;
+  return offset_in(c->p.nbatch, c->kv_batch, t, gi);
 }
 
-/* rows [r0, r1) of strided short rows (row stride ld) set to 0: vector
- * stores in place (a memset call per row of a head's 32 floats cost more
- * than its stores; GCC would turn the loop back into one) */
+/* rows [r0, r1) of strided rows (row stride ld) set to 0: vector stores in
+ * place (a memset call per row of a head's 32 floats cost more than its
+ * stores; GCC would turn the loop back into one) */
 ATTN_VECTOR_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void
-zero_short_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
+zero_strided_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
   for (int64_t r = r0; r < r1; r++) {
     float *gr = g + r * ld;
 #pragma omp simd
@@ -245,13 +246,10 @@ zero_short_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
 
 /* rows [r0, r1) of a gradient [rows, cols] (row stride ld) set to 0 */
 static void zero_rows(float *g, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
-  if (ld == cols) {
+  if (ld == cols)
     memset(g + r0 * ld, 0, (size_t)((r1 - r0) * cols) * sizeof(float));
-  } else if (cols <= 256) {
-    zero_short_rows(g, r0, r1, cols, ld);
-  } else {
-    for (int64_t r = r0; r < r1; r++) memset(g + r * ld, 0, (size_t)cols * sizeof(float));
-  }
+  else
+    zero_strided_rows(g, r0, r1, cols, ld);
 }
 
 /* columns [j0, j1) of row r of a tile (row stride ld) set to 0; none for a NULL tile */
