@@ -209,6 +209,24 @@ static void test_gemm_bias(attn_generator *g) {
     check(memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) == 0, what);
     free(a), free(b), free(bias), free(c1), free(c2);
   }
+  /* attn_gemm_is_own's promise: where it holds for [32, 40] and [96, 40]
+   * over 50 (a weight gradient's transposed A), each 32-row third of the
+   * larger product has the bits of that third computed alone; below 16 in
+   * a size (BLAS's small products) it does not hold */
+  check(!attn_gemm_is_own(8, 40, 50) && !attn_gemm_is_own(32, 40, 15), "attn_gemm_is_own: no for a size under 16");
+  if (attn_gemm_is_own(32, 40, 50) && attn_gemm_is_own(96, 40, 50)) {
+    float *a = filled(50 * 96, g), *b = filled(50 * 40, g);
+    float *whole = malloc(96 * 40 * sizeof(float)), *part = malloc(32 * 40 * sizeof(float));
+    if (!whole || !part) abort();
+    attn_gemm(1, 0, 96, 40, 50, a, 96, b, 40, whole, 40);
+    int same = 1;
+    for (int third = 0; third < 3; third++) {
+      attn_gemm(1, 0, 32, 40, 50, a + 32 * third, 96, b, 40, part, 40);
+      same = same && memcmp(part, whole + 32 * 40 * third, 32 * 40 * sizeof(float)) == 0;
+    }
+    check(same, "attn_gemm_is_own: rows of a larger own-GEMM product have the bits of their own product");
+    free(a), free(b), free(whole), free(part);
+  }
 }
 
 /* attn_sdpa_backward's gradients written through strided rows (a module's
