@@ -6,6 +6,7 @@
  *   make test-core   (also run by make test, before the specs) */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,54 @@ static void test_gemm_bias(attn_generator *g) {
     check(same, "attn_gemm_is_own: rows of a larger own-GEMM product have the bits of their own product");
     free(a), free(b), free(whole), free(part);
   }
+}
+
+/* attn_gemm_bias on 2, 3 and 5 threads (its tiles spread over them: the
+ * own GEMM's row bands, or BLAS tiles chosen by the shape) gives the bits
+ * of one thread, and one thread lies within float rounding of a
+ * double-precision sum: shapes with a partial last micro-tile row, panel
+ * of columns and block of k, each transpose, with and without bias. */
+static void test_gemm_threads(attn_generator *g) {
+  struct { int64_t m, n, k; int ta, tb, bias; } cases[] = {
+      {200, 70, 300, 0, 1, 1}, {97, 130, 129, 1, 0, 0}, {300, 64, 2048, 1, 0, 0}, {61, 200, 40, 0, 0, 1}};
+  int before = omp_get_max_threads();
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+    int64_t lda = cases[ci].ta ? m : k, ldb = cases[ci].tb ? k : n;
+    float *a = filled(m * k, g), *b = filled(k * n, g), *bias = cases[ci].bias ? filled(n, g) : NULL;
+    float *one = malloc((size_t)(m * n) * sizeof(float)), *many = malloc((size_t)(m * n) * sizeof(float));
+    if (!one || !many) abort();
+    omp_set_num_threads(1);
+    attn_gemm_bias(cases[ci].ta, cases[ci].tb, m, n, k, a, lda, b, ldb, bias, one, n);
+    double worst = 0.0;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double sum = 0.0, mag = 0.0;
+        for (int64_t l = 0; l < k; l++) {
+          double x = D(cases[ci].ta ? a[l * lda + i] : a[i * lda + l]);
+          double y = D(cases[ci].tb ? b[j * ldb + l] : b[l * ldb + j]);
+          sum += x * y, mag += fabs(x * y);
+        }
+        if (bias) sum += D(bias[j]), mag += fabs(D(bias[j]));
+        double err = fabs(D(one[i * n + j]) - sum) / (mag + 1e-30);
+        if (err > worst) worst = err;
+      }
+    char what[160];
+    snprintf(what, sizeof what, "attn_gemm_bias [%lld, %lld] over %lld on one thread: within %g of the double sum",
+             (long long)m, (long long)n, (long long)k, worst);
+    check(worst < (double)k * D(FLT_EPSILON), what);
+    const int teams[] = {2, 3, 5};
+    for (int ti = 0; ti < 3; ti++) {
+      omp_set_num_threads(teams[ti]);
+      memset(many, 0xff, (size_t)(m * n) * sizeof(float));
+      attn_gemm_bias(cases[ci].ta, cases[ci].tb, m, n, k, a, lda, b, ldb, bias, many, n);
+      snprintf(what, sizeof what, "attn_gemm_bias [%lld, %lld] over %lld: %d threads give one thread's bits",
+               (long long)m, (long long)n, (long long)k, teams[ti]);
+      check(memcmp(one, many, (size_t)(m * n) * sizeof(float)) == 0, what);
+    }
+    free(a), free(b), free(bias), free(one), free(many);
+  }
+  omp_set_num_threads(before);
 }
 
 /* attn_sdpa_backward's gradients written through strided rows (a module's
@@ -557,6 +606,7 @@ int main(void) {
   test_softmax(&g);
   test_attention(&g);
   test_gemm_bias(&g);
+  test_gemm_threads(&g);
   test_backward_strided_grads(&g);
   test_block_mask_classes();
   test_block_mask_attention(&g);
