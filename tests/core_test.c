@@ -15,6 +15,7 @@
 #include "ops.h"
 #include "rng.h"
 #include "sdpa_backward.h"
+#include "sdpa_common.h"
 #include "sdpa_dispatch.h"
 #include "tensor.h"
 #include "tokenizer.h"
@@ -276,6 +277,55 @@ static void test_gemm_threads(attn_generator *g) {
     free(a), free(b), free(bias), free(one), free(many);
   }
   omp_set_num_threads(before);
+}
+
+/* attn_sdpa_modify_tile's visible ranges (no mask, bias or other variant)
+ * hide exactly the (query, key) pairs that causal masking and a window
+ * hide, by their definitions here: key j is seen by query i when j <= i
+ * (causal) and i + d - left <= j <= i + d + right (window, d = Lk - Lq);
+ * tiles at every row and many key offsets, Lq above, equal to and below
+ * Lk, in flash's transposed layout and the math kernel's row-major one,
+ * the padding past the tile untouched. */
+static void test_visible_ranges(void) {
+  enum { CS = 24 };
+  struct { int causal; int64_t left, right; } modes[] = {{1, -1, -1}, {0, 3, 0}, {0, 0, 0}, {0, 5, 2}, {1, 4, -1},
+                                                         {0, -1, 6}, {0, 100, 1}};
+  const int64_t shapes[][2] = {{17, 17}, {9, 23}, {23, 9}};
+  int64_t bad = 0, tiles = 0;
+  float s[CS * CS];
+  attn_sdpa_slice sl;
+  memset(&sl, 0, sizeof sl);
+  for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
+    for (int si = 0; si < 3; si++) {
+      attn_sdpa_problem p;
+      memset(&p, 0, sizeof p);
+      p.lq = shapes[si][0], p.lk = shapes[si][1];
+      p.is_causal = modes[mi].causal, p.window_left = modes[mi].left, p.window_right = modes[mi].right;
+      int64_t d = p.lk - p.lq;
+      for (int64_t i0 = 0; i0 < p.lq; i0++)
+        for (int64_t ni = 1; ni <= 16 && i0 + ni <= p.lq; ni += 5)
+          for (int64_t k0 = 0; k0 < p.lk; k0 += 3)
+            for (int64_t nk = 1; k0 + nk <= p.lk; nk += 4) {
+              for (int transposed = 0; transposed < 2; transposed++) {
+                int64_t rs = transposed ? 1 : CS, cs = transposed ? CS : 1; /* both fit: ni <= 16, nk <= 23 */
+                for (int64_t x = 0; x < CS * CS; x++) s[x] = 1.0f;
+                attn_sdpa_modify_tile(&p, &sl, i0, ni, k0, nk, s, rs, cs);
+                tiles++;
+                for (int64_t r = 0; r < CS; r++)
+                  for (int64_t c = 0; c < CS; c++) {
+                    int64_t i = i0 + r, j = k0 + c;
+                    int seen = (!p.is_causal || j <= i) && (p.window_left < 0 || j >= i + d - p.window_left) &&
+                               (p.window_right < 0 || j <= i + d + p.window_right);
+                    float want = r >= ni || c >= nk || seen ? 1.0f : -INFINITY;
+                    bad += s[r * rs + c * cs] != want;
+                  }
+              }
+            }
+    }
+  char what[160];
+  snprintf(what, sizeof what, "the visible ranges hide exactly causal's and the window's pairs (%lld of %lld tiles' "
+                              "entries wrong)", (long long)bad, (long long)tiles);
+  check(bad == 0, what);
 }
 
 /* attn_sdpa_backward's gradients written through strided rows (a module's
@@ -607,6 +657,7 @@ int main(void) {
   test_attention(&g);
   test_gemm_bias(&g);
   test_gemm_threads(&g);
+  test_visible_ranges();
   test_backward_strided_grads(&g);
   test_block_mask_classes();
   test_block_mask_attention(&g);
