@@ -116,6 +116,7 @@
 
 #include "cpu.h"
 #include "flash.h"
+#include "prefetch.h"
 #include "rng.h"
 #include "threads.h"
 
@@ -358,31 +359,6 @@ static void slot_end(const flash_ctx *c, const flash_item *t, int64_t bi) {
   }
 }
 
-/* A run of rows in memory (row stride and bytes per row, in bytes) whose
- * cache lines are prefetched a few at a time, cursor at (row, at). */
-typedef struct prefetch_rows {
-  const char *base;
-  int64_t stride, rows, row_bytes;
-  int64_t row, at;
-} prefetch_rows;
-
-static prefetch_rows rows_to_prefetch(const float *base, int64_t stride, int64_t rows, int64_t cols) {
-  prefetch_rows r = {(const char *)base, stride * (int64_t)sizeof(float), rows, cols * (int64_t)sizeof(float), 0, 0};
-  return r;
-}
-
-/* up to `lines` more of r's 64-byte lines toward L2 (a hint: never faults) */
-static void prefetch_some(prefetch_rows *r, int64_t lines) {
-  for (; lines > 0 && r->row < r->rows; lines--) {
-    __builtin_prefetch(r->base + r->row * r->stride + r->at, 0, 2);
-    r->at += 64;
-    if (r->at >= r->row_bytes) {
-      r->at = 0;
-      r->row++;
-    }
-  }
-}
-
 /* Item `item`'s slice, first query block and blocks (the last groups first:
  * under causal masking they have the most keys). */
 static void item_blocks(const flash_ctx *c, int64_t item, int64_t *bi, int64_t *qb0, int64_t *nq) {
@@ -413,8 +389,10 @@ static void run_item(const flash_ctx *c, int64_t item, int64_t next, float *w) {
     slot_begin(c, &t[j], bi, qb0 + nq - 1 - j, w + c->slot * (size_t)j, w);
     steps += (t[j].seen.end - t[j].seen.begin + BK - 1) / BK;
   }
+  /* its output rows, then the next item's q rows */
+  attn_prefetch_list ahead = {0};
   int64_t r0 = qb0 * BQ, rows = p->lq - r0 < nq * BQ ? p->lq - r0 : nq * BQ;
-  prefetch_rows ahead[2] = {rows_to_prefetch(c->out->data + (bi * p->lq + r0) * p->ev, p->ev, rows, p->ev), {0}};
+  attn_prefetch_add(&ahead, attn_prefetch_matrix(c->out->data + (bi * p->lq + r0) * p->ev, p->ev, rows, p->ev));
   if (next >= 0 && attn_sdpa_col_stride(p, &p->q) == 1) {
     int64_t nbi, nqb0, nnq;
     item_blocks(c, next, &nbi, &nqb0, &nnq);
@@ -422,20 +400,15 @@ static void run_item(const flash_ctx *c, int64_t item, int64_t next, float *w) {
     attn_sdpa_slice_at(p, nbi, &nsl);
     int64_t nr0 = nqb0 * BQ, nrows = p->lq - nr0 < nnq * BQ ? p->lq - nr0 : nnq * BQ;
     int64_t sq0 = attn_sdpa_row_stride(p, &p->q);
-    ahead[1] = rows_to_prefetch(nsl.q + nr0 * sq0, sq0, nrows, p->e);
+    attn_prefetch_add(&ahead, attn_prefetch_matrix(nsl.q + nr0 * sq0, sq0, nrows, p->e));
   }
-  int64_t quota[2];
-  for (int a = 0; a < 2; a++) { /* spread over the item's key steps */
-    int64_t lines = ahead[a].rows * ((ahead[a].row_bytes + 63) / 64);
-    quota[a] = steps > 0 ? (lines + steps - 1) / steps : lines;
-  }
+  attn_prefetch_plan(&ahead, steps);
   for (;;) {
     int64_t nx = -1;
     for (int64_t j = 0; j < nq; j++)
       if (t[j].k0 < t[j].seen.end && (nx < 0 || t[j].k0 < t[nx].k0)) nx = j;
     if (nx < 0) break;
-    prefetch_some(&ahead[0], quota[0]);
-    prefetch_some(&ahead[1], quota[1]);
+    attn_prefetch_step(&ahead);
     slot_key_block(c, &t[nx]);
   }
   for (int64_t j = 0; j < nq; j++) slot_end(c, &t[j], bi);
