@@ -98,7 +98,8 @@
  * misses that the hardware prefetcher, which follows K's and V's in-order
  * streams, does not cover (one thread, b1 h8 n4096, window {255, 0}: 12.8%
  * of the samples, in the gathers). So each item prefetches its own output
- * rows and the next item's q rows, a few lines per key step: 9.1% left.
+ * rows and the next item's q rows, a few lines per key step: the
+ * transposes and the prefetches together 9-10% (docs/benchmarks.md).
  *
  * Threads: items are handed out one at a time in one OpenMP parallel region
  * (each thread takes its next item before it runs the one it holds, so it

@@ -44,7 +44,7 @@ static inline int64_t attn_prefetch_some(attn_prefetch_rows *r, int64_t lines) {
 
 /* A list of runs prefetched in order, `quota` lines per step: planned to
  * spread its lines over a number of steps. */
-enum { ATTN_PREFETCH_RUNS = 8 };
+enum { ATTN_PREFETCH_RUNS = 4 };
 typedef struct attn_prefetch_list {
   attn_prefetch_rows run[ATTN_PREFETCH_RUNS];
   int n, at;
