@@ -190,6 +190,45 @@ static void test_attention(attn_generator *g) {
   free(v);
 }
 
+/* The flash forward's items, handed out one ahead to 1, 2, 3 and 5
+ * threads, give the same output bits: 6 slices of 200 rows (a partial last
+ * query block) and one slice of 700 (items of several query blocks), dense,
+ * causal and a window {40, 3}. */
+static void test_flash_threads(attn_generator *g) {
+  struct { int64_t b, h, l, e; int causal, window; } cases[] = {
+      {3, 2, 200, 32, 0, 0}, {3, 2, 200, 32, 1, 0}, {3, 2, 200, 32, 0, 1}, {1, 1, 700, 64, 1, 0}};
+  int before = omp_get_max_threads();
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t b = cases[ci].b, h = cases[ci].h, l = cases[ci].l, e = cases[ci].e, n = b * h * l * e;
+    float *q = filled(n, g), *k = filled(n, g), *v = filled(n, g);
+    float *one = malloc((size_t)n * sizeof(float)), *many = malloc((size_t)n * sizeof(float));
+    if (!one || !many) abort();
+    int64_t size[4] = {b, h, l, e};
+    attn_tensor tq = attn_make(q, 4, size), tk = attn_make(k, 4, size), tv = attn_make(v, 4, size);
+    attn_sdpa_opts o = attn_sdpa_defaults();
+    o.is_causal = cases[ci].causal;
+    o.has_window = cases[ci].window, o.window_left = 40, o.window_right = 3;
+    o.scale = 1.0f / sqrtf((float)e);
+    const int teams[] = {1, 2, 3, 5};
+    int same = 1;
+    for (int ti = 0; ti < 4; ti++) {
+      omp_set_num_threads(teams[ti]);
+      float *dst = ti == 0 ? one : many;
+      memset(dst, 0xff, (size_t)n * sizeof(float));
+      attn_tensor to = attn_make(dst, 4, size);
+      same = same && attn_sdpa_run(ATTN_SDPA_FLASH, &tq, &tk, &tv, &o, &to, NULL) == ATTN_OK;
+      if (ti > 0) same = same && memcmp(one, many, (size_t)n * sizeof(float)) == 0;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "flash [%lld, %lld, %lld, %lld]%s%s: 1, 2, 3 and 5 threads give the same bits",
+             (long long)b, (long long)h, (long long)l, (long long)e, cases[ci].causal ? " causal" : "",
+             cases[ci].window ? " window" : "");
+    check(same, what);
+    free(q), free(k), free(v), free(one), free(many);
+  }
+  omp_set_num_threads(before);
+}
+
 /* attn_gemm_bias against attn_gemm followed by a separate + bias, bit for
  * bit: shapes on the own GEMM and on BLAS, transposed operands, k = 0. */
 static void test_gemm_bias(attn_generator *g) {
@@ -655,6 +694,7 @@ int main(void) {
   test_broadcast_and_matmul(&g);
   test_softmax(&g);
   test_attention(&g);
+  test_flash_threads(&g);
   test_gemm_bias(&g);
   test_gemm_threads(&g);
   test_visible_ranges();
