@@ -361,12 +361,14 @@ static void slot_end(const flash_ctx *c, const flash_item *t, int64_t bi) {
 }
 
 /* Item `item`'s slice, first query block and blocks (the last groups first:
- * under causal masking they have the most keys). */
-static void item_blocks(const flash_ctx *c, int64_t item, int64_t *bi, int64_t *qb0, int64_t *nq) {
+ * under causal masking they have the most keys), and the query rows they
+ * hold: [qb0 BQ, qb0 BQ + *rows). */
+static void item_blocks(const flash_ctx *c, int64_t item, int64_t *bi, int64_t *qb0, int64_t *nq, int64_t *rows) {
   int64_t gi = c->ngroups - 1 - item % c->ngroups;
   *bi = item / c->ngroups;
   *qb0 = gi * c->group;
   *nq = c->nqblk - *qb0 < c->group ? c->nqblk - *qb0 : c->group;
+  *rows = c->p.lq - *qb0 * BQ < *nq * BQ ? c->p.lq - *qb0 * BQ : *nq * BQ;
 }
 
 /* Work item `item` (slice bi, a group of up to GROUP query blocks) with the
@@ -382,8 +384,8 @@ static void item_blocks(const flash_ctx *c, int64_t item, int64_t *bi, int64_t *
  * hardware prefetches them) are not. */
 static void run_item(const flash_ctx *c, int64_t item, int64_t next, float *w) {
   const attn_sdpa_problem *p = &c->p;
-  int64_t bi, qb0, nq;
-  item_blocks(c, item, &bi, &qb0, &nq);
+  int64_t bi, qb0, nq, rows;
+  item_blocks(c, item, &bi, &qb0, &nq, &rows);
   flash_item t[GROUP];
   int64_t steps = 0;
   for (int64_t j = 0; j < nq; j++) {
@@ -392,16 +394,14 @@ static void run_item(const flash_ctx *c, int64_t item, int64_t next, float *w) {
   }
   /* its output rows, then the next item's q rows */
   attn_prefetch_list ahead = {0};
-  int64_t r0 = qb0 * BQ, rows = p->lq - r0 < nq * BQ ? p->lq - r0 : nq * BQ;
-  attn_prefetch_add(&ahead, attn_prefetch_matrix(c->out->data + (bi * p->lq + r0) * p->ev, p->ev, rows, p->ev));
+  attn_prefetch_add(&ahead, attn_prefetch_matrix(c->out->data + (bi * p->lq + qb0 * BQ) * p->ev, p->ev, rows, p->ev));
   if (next >= 0 && attn_sdpa_col_stride(p, &p->q) == 1) {
-    int64_t nbi, nqb0, nnq;
-    item_blocks(c, next, &nbi, &nqb0, &nnq);
+    int64_t nbi, nqb0, nnq, nrows;
+    item_blocks(c, next, &nbi, &nqb0, &nnq, &nrows);
     attn_sdpa_slice nsl;
     attn_sdpa_slice_at(p, nbi, &nsl);
-    int64_t nr0 = nqb0 * BQ, nrows = p->lq - nr0 < nnq * BQ ? p->lq - nr0 : nnq * BQ;
     int64_t sq0 = attn_sdpa_row_stride(p, &p->q);
-    attn_prefetch_add(&ahead, attn_prefetch_matrix(nsl.q + nr0 * sq0, sq0, nrows, p->e));
+    attn_prefetch_add(&ahead, attn_prefetch_matrix(nsl.q + nqb0 * BQ * sq0, sq0, nrows, p->e));
   }
   attn_prefetch_plan(&ahead, steps);
   for (;;) {
