@@ -3,9 +3,13 @@
  * of src/core/kernel_gemm.h (MR rows x NV vectors of VW floats) and a
  * definition of SGEMM_NAME, the function's name. Not a public header.
  *
- * Blocking (BLIS's loops): for each block of KC values of k, one panel of
- * NR columns of B (KC * NR floats, 32 KiB for AVX-512) stays in L1 while
- * every MR-row panel of A passes over it. A micro-tile of MR x NR outputs
+ * Blocking (BLIS's loops): for each block of KC values of k, B's panels
+ * are packed, then for each block of MC rows of A (MC * KC floats, 48 KiB,
+ * kept in L2 while it meets every panel), one panel of NR columns of B (KC
+ * * NR floats, 32 KiB for AVX-512) stays in L1 while the block's MR-row
+ * panels of A pass over it. Without the blocks of rows, A's whole [m, KC]
+ * slice (1 MiB at 2048 tokens) passed over each panel, from L3 once the
+ * product's output had pushed it out of L2. A micro-tile of MR x NR outputs
  * keeps its accumulators in registers (AVX-512: 6 x 4 vectors, 24 FMAs per
  * 4 loads and 6 broadcasts); after the first block of k it starts from the
  * stored C (load_c), which continues each element's one chain of fused
@@ -25,6 +29,8 @@
 
 #define NR (NV * VW)
 #define KC 128
+#define MC 96
+_Static_assert(MC % MR == 0, "a block of rows is whole micro-tiles");
 
 /* columns j0.. (up to NR; zero columns after n) of op(b), rows k0..k0+kc, as [kc][NR] */
 static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t j0, int64_t n, int64_t k0, int64_t kc,
@@ -52,17 +58,22 @@ int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     int64_t kc = k - k0 < KC ? k - k0 : KC;
     for (int64_t q = 0; q < np; q++) pack_b(trans_b, b, ldb, q * NR, n, k0, kc, bp + q * NR * kc);
-    const float *ak = a + k0 * aks, *bias_k = k0 + kc == k ? bias : NULL; /* after the last block of k */
-    for (int64_t q = 0; q < np; q++) {
-      int64_t j0 = q * NR, cols = n - j0 < NR ? n - j0 : NR;
-      const float *bq = bp + q * NR * kc, *bias_q = bias_k ? bias_k + j0 : NULL;
-      /* constant unit-stride and load_c flags, so each case is its own inlined loop nest */
-      if (k0 == 0) {
-        if (ars == 1) gemm_blocks(1, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
-        else gemm_blocks(0, 0, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
-      } else {
-        if (ars == 1) gemm_blocks(1, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
-        else gemm_blocks(0, 1, m, cols, kc, ak, ars, aks, bq, NR, 1.0f, c + j0, ldc, 0, bias_q);
+    const float *bias_k = k0 + kc == k ? bias : NULL; /* after the last block of k */
+    for (int64_t i0 = 0; i0 < m; i0 += MC) {
+      int64_t mi = m - i0 < MC ? m - i0 : MC;
+      const float *ai = a + k0 * aks + i0 * ars;
+      float *ci = c + i0 * ldc;
+      for (int64_t q = 0; q < np; q++) {
+        int64_t j0 = q * NR, cols = n - j0 < NR ? n - j0 : NR;
+        const float *bq = bp + q * NR * kc, *bias_q = bias_k ? bias_k + j0 : NULL;
+        /* constant unit-stride and load_c flags, so each case is its own inlined loop nest */
+        if (k0 == 0) {
+          if (ars == 1) gemm_blocks(1, 0, mi, cols, kc, ai, ars, aks, bq, NR, 1.0f, ci + j0, ldc, 0, bias_q);
+          else gemm_blocks(0, 0, mi, cols, kc, ai, ars, aks, bq, NR, 1.0f, ci + j0, ldc, 0, bias_q);
+        } else {
+          if (ars == 1) gemm_blocks(1, 1, mi, cols, kc, ai, ars, aks, bq, NR, 1.0f, ci + j0, ldc, 0, bias_q);
+          else gemm_blocks(0, 1, mi, cols, kc, ai, ars, aks, bq, NR, 1.0f, ci + j0, ldc, 0, bias_q);
+        }
       }
     }
   }
