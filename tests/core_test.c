@@ -276,11 +276,12 @@ static void test_gemm_bias(attn_generator *g) {
  * double-precision sum: shapes with a partial last micro-tile row, panel
  * of columns and block of k, each transpose, with and without bias; B
  * packed whole, and B packed one block of k at a time (the two orders of
- * src/core/sgemm_driver.h). */
+ * src/core/sgemm_driver.h); more columns than one band of the chunks
+ * handed out to the threads (src/core/matmul.c). */
 static void test_gemm_threads(attn_generator *g) {
   struct { int64_t m, n, k; int ta, tb, bias; } cases[] = {
       {200, 70, 300, 0, 1, 1}, {97, 130, 129, 1, 0, 0}, {300, 64, 2048, 1, 0, 0}, {61, 200, 40, 0, 0, 1},
-      {100, 130, 1100, 0, 1, 1}, {100, 130, 1100, 1, 0, 0}};
+      {100, 130, 1100, 0, 1, 1}, {100, 130, 1100, 1, 0, 0}, {100, 600, 64, 0, 1, 1}};
   int before = omp_get_max_threads();
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;

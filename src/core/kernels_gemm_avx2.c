@@ -47,4 +47,5 @@ static inline __m256 vkeep(__m256 x, int lo, int hi) {
 const attn_bwd_kernels attn_bwd_kernels_avx2 = {"avx2", bwd_gemm, bwd_ds_rows, bwd_p_ds};
 
 #define SGEMM_NAME attn_sgemm_avx2
+#define SGEMM_SET attn_sgemm_set_avx2
 #include "sgemm_driver.h"

@@ -49,4 +49,5 @@ static inline __m512 vkeep(__m512 x, int lo, int hi) {
 const attn_bwd_kernels attn_bwd_kernels_avx512 = {"avx512", bwd_gemm, bwd_ds_rows, bwd_p_ds};
 
 #define SGEMM_NAME attn_sgemm_avx512
+#define SGEMM_SET attn_sgemm_set_avx512
 #include "sgemm_driver.h"

@@ -72,12 +72,12 @@ static void tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tm, int64_t *tn
  * for cblas_sgemm. The sizes and the kernel set alone decide, the same in
  * attn_matmul and attn_gemm. Where the own GEMM cannot allocate its packing
  * buffers, that tile falls back to cblas_sgemm. */
-static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
+static const attn_sgemm_set *own_gemm(int64_t m, int64_t n, int64_t k) {
 #if defined(__x86_64__)
   if (m < OWN_GEMM_MIN || n < OWN_GEMM_MIN || k < OWN_GEMM_MIN) return NULL;
   const attn_flash_kernels *set = attn_cpu_kernels();
-  if (set == &attn_kernels_avx512) return attn_sgemm_avx512;
-  if (set == &attn_kernels_avx2) return attn_sgemm_avx2;
+  if (set == &attn_kernels_avx512) return &attn_sgemm_set_avx512;
+  if (set == &attn_kernels_avx2) return &attn_sgemm_set_avx2;
 #else
   (void)m, (void)n, (void)k;
 #endif
@@ -89,6 +89,12 @@ static attn_sgemm_fn own_gemm(int64_t m, int64_t n, int64_t k) {
 
 /* The rows of the own GEMM's micro-tiles (MR of src/core/kernels_gemm_avx2.c and kernels_gemm_avx512.c) */
 #define OWN_GEMM_MR 6
+/* Where the own GEMM's chunks of rows are handed out one at a time: about
+ * CHUNKS_PER_THREAD per thread, of at most CHUNK_ROWS rows (half the
+ * driver's block of rows: as fast in the step's products, and half the
+ * wait at a region's end) */
+#define CHUNKS_PER_THREAD 8
+#define CHUNK_ROWS 48
 
 /* The own GEMM's tiles of nb [m, n] products: its bits depend on no tile,
  * so the tiles follow the threads: columns in bands of up to TILE_N (what
@@ -187,6 +193,114 @@ static void add_bias_tile(float *c, int64_t rows, int64_t cols, int64_t ld, cons
   }
 }
 
+/* A batch of nb [m, n] products over k for the own GEMM: batch item bi's
+ * op(a), op(b) and c (row-major, strides lda, ldb, ldc; trans flags as
+ * attn_sgemm_fn's), through `at`. */
+typedef struct own_batch {
+  const attn_sgemm_set *set;
+  int ta, tb;
+  int64_t nb, m, n, k, lda, ldb, ldc;
+  const float *bias;
+  void (*at)(const void *ctx, int64_t bi, const float **a, const float **b, float **c);
+  const void *ctx;
+} own_batch;
+
+/* Where B packed whole fits (src/core/sgemm_driver.h), the products in
+ * chunks of rows handed out one at a time to the threads, each of which
+ * packs a column band's B once and keeps it for every chunk of that band it
+ * takes: a thread on a core the host slows down takes fewer chunks, where
+ * fixed bands of rows left the other thread waiting at the region's end
+ * (on the 2-core VM, most of a two-thread training step's waiting). The
+ * bits are those of any other cut (src/core/sgemm.h). Returns 0 (nothing
+ * done) where B is too large to keep packed (a weight gradient's over 2048
+ * tokens: narrower column bands re-read A from memory, 1.4x slower), which
+ * keeps the fixed tiles. */
+static int own_chunks(const own_batch *p) {
+  int64_t tn = p->n < TILE_N ? p->n : TILE_N, nct = (p->n + tn - 1) / tn, jobs = p->nb * nct;
+  int64_t floats = p->set->whole_b_floats(tn, p->k);
+  if (!floats) return 0;
+  double work = (double)p->nb * (double)p->m * (double)p->n * (double)p->k;
+  int64_t blocks = (p->m + CHUNK_ROWS - 1) / CHUNK_ROWS, most;
+  if (__builtin_mul_overflow(jobs, blocks, &most)) most = INT64_MAX;
+  int nthreads = work < (double)PARALLEL_MIN_FLOPS ? 1 : attn_threads_for(most);
+  /* chunks of whole micro-tiles */
+  int64_t per_job = (CHUNKS_PER_THREAD * (int64_t)nthreads + jobs - 1) / jobs;
+  int64_t chunk = ((p->m + per_job - 1) / per_job + OWN_GEMM_MR - 1) / OWN_GEMM_MR * OWN_GEMM_MR;
+  if (chunk > CHUNK_ROWS) chunk = CHUNK_ROWS;
+  int64_t nch = (p->m + chunk - 1) / chunk, items;
+  if (__builtin_mul_overflow(jobs, nch, &items)) return 0;
+  int64_t handed = 0;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  {
+    omp_set_num_threads(1); /* BLAS single-threaded in here, as in attn_matmul */
+    float *packed = NULL;
+    int64_t held = -1, it; /* the job whose B is in packed */
+    for (;;) {
+#pragma omp atomic capture
+      it = handed++;
+      if (it >= items) break;
+      int64_t job = it / nch, bi = job / nct, r0 = it % nch * chunk, c0 = job % nct * tn;
+      int64_t rows = p->m - r0 < chunk ? p->m - r0 : chunk, cols = p->n - c0 < tn ? p->n - c0 : tn;
+      const float *pa, *pb;
+      float *pc;
+      p->at(p->ctx, bi, &pa, &pb, &pc);
+      pa += p->ta ? r0 : r0 * p->lda; /* rows r0.. of op(a) */
+      pb += p->tb ? c0 * p->ldb : c0; /* columns c0.. of op(b) */
+      pc += r0 * p->ldc + c0;
+      const float *pbias = p->bias ? p->bias + c0 : NULL;
+      if (!packed) packed = aligned_alloc(64, (size_t)floats * sizeof(float)); /* floats: a multiple of 16 */
+      if (packed && held != job) {
+        p->set->pack(p->tb, cols, p->k, pb, p->ldb, packed);
+        held = job;
+      }
+      if (packed) {
+        p->set->rows(p->ta, rows, cols, p->k, pa, p->lda, packed, pc, p->ldc, pbias);
+      } else { /* no memory for the panels: this chunk in BLAS */
+        cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans,
+                    (blasint)rows, (blasint)cols, (blasint)p->k, 1.0f, pa, (blasint)p->lda, pb, (blasint)p->ldb,
+                    0.0f, pc, (blasint)p->ldc);
+        if (pbias) add_bias_tile(pc, rows, cols, p->ldc, pbias);
+      }
+    }
+    free(packed);
+  }
+  return 1;
+}
+
+/* matmul_bias's operands: batch item bi of the expanded a and b, and of out */
+typedef struct matmul_operands {
+  const operand *a, *b;
+  int nbatch;
+  const int64_t *batch;
+  float *out;
+  int64_t m, n;
+} matmul_operands;
+
+static void matmul_at(const void *ctx, int64_t bi, const float **a, const float **b, float **c) {
+  const matmul_operands *o = ctx;
+  const float *pa = o->a->t.data, *pb = o->b->t.data;
+  int64_t rem = bi;
+  for (int d = o->nbatch - 1; d >= 0; d--) {
+    int64_t i = rem % o->batch[d];
+    rem /= o->batch[d];
+    pa += i * o->a->t.stride[d];
+    pb += i * o->b->t.stride[d];
+  }
+  *a = pa, *b = pb, *c = o->out + bi * o->m * o->n;
+}
+
+/* attn_gemm_bias's one product */
+typedef struct gemm_operands {
+  const float *a, *b;
+  float *c;
+} gemm_operands;
+
+static void gemm_at(const void *ctx, int64_t bi, const float **a, const float **b, float **c) {
+  const gemm_operands *o = ctx;
+  (void)bi;
+  *a = o->a, *b = o->b, *c = o->c;
+}
+
 /* attn_matmul, then + bias[j] in each tile as it is finished (bias NULL:
  * none; else contiguous, [n]) */
 static attn_status matmul_bias(const attn_tensor *a, const attn_tensor *b, const float *bias, attn_tensor *out) {
@@ -258,9 +372,20 @@ static attn_status matmul_bias(const attn_tensor *a, const attn_tensor *b, const
     free(sb);
     return attn_fail(ATTN_EOVERFLOW, "a matrix stride exceeds the BLAS integer range");
   }
+  const attn_sgemm_set *set = own_gemm(m, n, k);
+  if (set) {
+    matmul_operands ops = {&oa, &ob, nbatch, batch, out->data, m, n};
+    own_batch ob1 = {set, oa.tr == CblasTrans, ob.tr == CblasTrans, nb, m, n, k, oa.ld, ob.ld, n, bias,
+                     matmul_at, &ops};
+    if (own_chunks(&ob1)) {
+      free(sa);
+      free(sb);
+      return ATTN_OK;
+    }
+  }
+  attn_sgemm_fn own = set ? set->gemm : NULL;
   int64_t tm, tn;
   double work = (double)nb * (double)m * (double)n * (double)k;
-  attn_sgemm_fn own = own_gemm(m, n, k);
   if (own) own_tile_shape(nb, m, n, work, &tm, &tn);
   else tile_shape(m, n, k, &tm, &tn);
   int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items;
@@ -321,9 +446,15 @@ void attn_gemm_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, c
                     const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const attn_sgemm_set *set = k > 0 ? own_gemm(m, n, k) : NULL;
+  if (set) {
+    gemm_operands ops = {a, b, c};
+    own_batch one = {set, trans_a, trans_b, 1, m, n, k, lda, ldb, ldc, bias, gemm_at, &ops};
+    if (own_chunks(&one)) return;
+  }
+  attn_sgemm_fn own = set ? set->gemm : NULL;
   int64_t tm, tn;
   double work = (double)m * (double)n * (double)k;
-  attn_sgemm_fn own = own_gemm(m, n, k);
   if (own) own_tile_shape(1, m, n, work, &tm, &tn);
   else tile_shape(m, n, k, &tm, &tn);
   int64_t mt = (m + tm - 1) / tm, nt = (n + tn - 1) / tn, items = mt * nt;

@@ -25,7 +25,26 @@
 typedef int (*attn_sgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                              const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
 
+/* The same product in two steps, for a caller that spreads blocks of rows
+ * of one product over threads: op(b) [k, n] packed once per thread
+ * (whole_b_floats(n, k) floats, 64-byte aligned; 0: too large to keep
+ * packed, use the one-call form), then any rows of op(a) against it, each
+ * row's outputs with the bits of the one-call form. */
+typedef int64_t (*attn_sgemm_whole_b_floats_fn)(int64_t n, int64_t k);
+typedef void (*attn_sgemm_pack_fn)(int trans_b, int64_t n, int64_t k, const float *b, int64_t ldb, float *packed);
+typedef void (*attn_sgemm_rows_fn)(int trans_a, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                   const float *packed, float *c, int64_t ldc, const float *bias);
+
+/* One vector set's own GEMM, in either form. */
+typedef struct attn_sgemm_set {
+  attn_sgemm_fn gemm;
+  attn_sgemm_whole_b_floats_fn whole_b_floats;
+  attn_sgemm_pack_fn pack;
+  attn_sgemm_rows_fn rows;
+} attn_sgemm_set;
+
 #if defined(__x86_64__)
+extern const attn_sgemm_set attn_sgemm_set_avx2, attn_sgemm_set_avx512;
 int attn_sgemm_avx2(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                     const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
 int attn_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

@@ -83,23 +83,42 @@ static inline __attribute__((always_inline)) void block_product(int64_t ars, int
   }
 }
 
+/* attn_sgemm_set's whole_b_floats */
+static int64_t whole_b_floats(int64_t n, int64_t k) {
+  int64_t floats = (n + NR - 1) / NR * NR * k;
+  return floats <= WHOLE_B_FLOATS ? floats : 0;
+}
+
+/* attn_sgemm_set's pack: every block of k's panels, block k0 at packed + k0 * np * NR */
+static void pack_whole(int trans_b, int64_t n, int64_t k, const float *b, int64_t ldb, float *packed) {
+  const int64_t np = (n + NR - 1) / NR;
+  for (int64_t k0 = 0; k0 < k; k0 += KC)
+    pack_block(trans_b, b, ldb, np, n, k0, k - k0 < KC ? k - k0 : KC, packed + k0 * np * NR);
+}
+
+/* attn_sgemm_set's rows */
+static void rows_whole(int trans_a, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *packed,
+                       float *c, int64_t ldc, const float *bias) {
+  const int64_t np = (n + NR - 1) / NR, ars = trans_a ? 1 : lda, aks = trans_a ? lda : 1;
+  for (int64_t i0 = 0; i0 < m; i0 += MC) { /* every block of k of one block of rows while its part of c is in cache */
+    int64_t mi = m - i0 < MC ? m - i0 : MC;
+    for (int64_t k0 = 0; k0 < k; k0 += KC)
+      block_product(ars, aks, mi, n, np, k, k0, k - k0 < KC ? k - k0 : KC, a + k0 * aks + i0 * ars,
+                    packed + k0 * np * NR, c + i0 * ldc, ldc, bias);
+  }
+}
+
 int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias) {
   const int64_t np = (n + NR - 1) / NR, ars = trans_a ? 1 : lda, aks = trans_a ? lda : 1;
-  const int whole_b = np * NR * k <= WHOLE_B_FLOATS;
+  const int64_t whole = whole_b_floats(n, k);
   /* B's panels: all of them, or one block of k's; aligned_alloc wants a multiple of the alignment */
-  size_t bytes = ((size_t)(np * NR * (whole_b ? k : k < KC ? k : KC)) * sizeof(float) + 63) & ~(size_t)63;
+  size_t bytes = ((size_t)(whole ? whole : np * NR * (k < KC ? k : KC)) * sizeof(float) + 63) & ~(size_t)63;
   float *bp = aligned_alloc(64, bytes);
   if (!bp) return 0;
-  if (whole_b) { /* every block of k of one block of rows while its part of c is in cache */
-    for (int64_t k0 = 0; k0 < k; k0 += KC)
-      pack_block(trans_b, b, ldb, np, n, k0, k - k0 < KC ? k - k0 : KC, bp + k0 * np * NR);
-    for (int64_t i0 = 0; i0 < m; i0 += MC) {
-      int64_t mi = m - i0 < MC ? m - i0 : MC;
-      for (int64_t k0 = 0; k0 < k; k0 += KC)
-        block_product(ars, aks, mi, n, np, k, k0, k - k0 < KC ? k - k0 : KC, a + k0 * aks + i0 * ars,
-                      bp + k0 * np * NR, c + i0 * ldc, ldc, bias);
-    }
+  if (whole) {
+    pack_whole(trans_b, n, k, b, ldb, bp);
+    rows_whole(trans_a, m, n, k, a, lda, bp, c, ldc, bias);
   } else { /* every block of rows over one block of k's packed panels */
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
       int64_t kc = k - k0 < KC ? k - k0 : KC;
@@ -113,5 +132,7 @@ int SGEMM_NAME(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
   free(bp);
   return 1;
 }
+
+const attn_sgemm_set SGEMM_SET = {SGEMM_NAME, whole_b_floats, pack_whole, rows_whole};
 
 #endif
