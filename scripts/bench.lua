@@ -5,7 +5,7 @@
 -- options_bwd (each variant's cost on A's flash forward + backward),
 -- score_mod_relbias, score_mod_alibi, score_mod_softcap, mask_mod_document
 -- (attn.score_mod / attn.mask_mod against the plain or built-in call, same rounds),
--- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, tokenize, gpt2_decode (default: all). Each attention case runs every kernel
+-- mha, tiny, tiny_train, decode, decode_gqa, window, block_sparse, train_gpt, train_gemm, tokenize, gpt2_decode (default: all). Each attention case runs every kernel
 -- that applies (math and flash; C_causal flash only, in a child process so its
 -- peak_rss_mb is its own). gflops = 4*b*h*lq*lk*e / time (dense-equivalent,
 -- also for causal). Every line names the OpenBLAS core and the flash kernel's
@@ -492,6 +492,36 @@ if wanted("train_gpt") then
   local flops = 6.0 * (cfg.n_layers * 12 * d * d + d * cfg.vocab_size) * b * n + 12.0 * cfg.n_layers * b * n * n * d
   emit { case = "train_gpt", kernel = "GPTModel + AdamW", b = b, h = cfg.n_heads, lq = n, lk = n,
          e = d // cfg.n_heads, causal = true, ms = ms, gflops = flops / (ms * 1e6), tokens_per_s = b * n / (ms / 1000) }
+end
+
+-- train_gemm: the train_gpt step's Linear products on attn.matmul, one line
+-- per form over its five weights [out, in] (the attention's q, k and v
+-- together, its output, the MLP's two, the output head) at the step's 2048
+-- tokens: forward x W^T, input gradient g W, weight gradient g^T x (g and x
+-- as the step holds them, [tokens, features]); gflops = the form's flops over
+-- the sum of each product's best time
+if wanted("train_gemm") then
+  local tokens = 2048
+  local weights = { { 384, 128 }, { 128, 128 }, { 512, 128 }, { 128, 512 }, { 256, 128 } }
+  local forms = {
+    { "x W^T", function(x, w, g) return function() attn.matmul(x, w:t()) end end },
+    { "g W", function(x, w, g) return function() attn.matmul(g, w) end end },
+    { "g^T x", function(x, w, g) return function() attn.matmul(g:t(), x) end end },
+  }
+  attn.manual_seed(0)
+  local shapes = {}
+  for _, wd in ipairs(weights) do shapes[#shapes + 1] = wd[1] .. "x" .. wd[2] end
+  for _, form in ipairs(forms) do
+    local ms, flops = 0, 0
+    for _, wd in ipairs(weights) do
+      local out, inp = wd[1], wd[2]
+      local x, w, g = attn.randn(tokens, inp), attn.randn(out, inp), attn.randn(tokens, out)
+      ms = ms + best_ms("train_gemm " .. form[1] .. " " .. out .. "x" .. inp, form[2](x, w, g), opts.reps)
+      flops = flops + 2.0 * tokens * out * inp
+    end
+    emit { case = "train_gemm", kernel = form[1], b = 1, h = 1, lq = tokens, lk = 0, e = 0, causal = false, ms = ms,
+           gflops = flops / (ms * 1e6), weights = table.concat(shapes, ",") }
+  end
 end
 
 -- tokenize: GPT-2's tokenizer (attn.tokenizer.gpt2, one thread) over the

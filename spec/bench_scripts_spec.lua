@@ -177,6 +177,17 @@ describe("scripts/bench_torch.py argument handling", function()
   end)
 end)
 
+describe("scripts/lib/bench_lines.lua", function()
+  it("reads back what it writes: strings with commas and spaces, numbers, booleans", function()
+    local L = dofile("scripts/lib/bench_lines.lua")
+    local t = { case = "sgemm_peak", cpu_available = "scalar,avx2,avx512", kernel = "g^T x", b = 1, ms = 150.25,
+                gflops = 1.5e-3, causal = false }
+    local back = L.parse(L.format(t, { "case" }))
+    assert.are.same({ case = "sgemm_peak", cpu_available = "scalar,avx2,avx512", kernel = "g^T x", b = 1,
+                      ms = 150.2, gflops = 1.5e-3, causal = false }, back)
+  end)
+end)
+
 describe("scripts/bench.lua", function()
   it("compiles (a merge that breaks the script's syntax fails here, not in a bench run)", function()
     local chunk, err = loadfile("scripts/bench.lua")

@@ -171,6 +171,25 @@ describe("scripts/bench.lua's FMA reference", function()
     assert.is_nil(peak.of_fma_peak, out[1].text)
   end)
 
+  it("train_gemm: one line per form of the step's products, its gflops their flops over its ms", function()
+    local out = lines("--cases train_gemm --reps 1")
+    assert.are.equal(3, #out)
+    -- 2 * tokens * sum(out * in) over the five weights, counted here
+    local flops = 0
+    for _, w in ipairs { { 384, 128 }, { 128, 128 }, { 512, 128 }, { 128, 512 }, { 256, 128 } } do
+      flops = flops + 2 * 2048 * w[1] * w[2]
+    end
+    for i, form in ipairs { "x W^T", "g W", "g^T x" } do
+      local f = out[i].fields
+      assert.are.equal("train_gemm", f.case, out[i].text)
+      assert.are.equal(form, f.kernel, out[i].text)
+      assert.are.equal("384x128,128x128,512x128,128x512,256x128", f.weights, out[i].text)
+      assert.is_true(f.ms > 0, out[i].text)
+      assert.near(flops / (f.ms * 1e6), f.gflops, 2e-3 * f.gflops, out[i].text)
+      assert.is_true(f.of_fma_peak > 0, out[i].text)
+    end
+  end)
+
   it("measures fma_peak for of_fma_peak also when its line is not asked for; no of_fma_peak without gflops", function()
     local out = lines("--cases sgemm_peak --reps 1")
     assert.are.equal(1, #out)

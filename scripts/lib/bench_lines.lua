@@ -7,9 +7,10 @@ local M = {}
 --- The fields of one line as a table (empty for a line that is not such an object).
 function M.parse(line)
   local t = {}
-  for k, v in line:gmatch('"([%w_]+)":%s*("?[^,}]*"?)') do
-    if v:sub(1, 1) == '"' then t[k] = v:sub(2, -2)
-    elseif v == "true" or v == "false" then t[k] = v == "true"
+  -- strings (commas allowed inside: "scalar,avx2,avx512"), then numbers and booleans
+  for k, v in line:gmatch('"([%w_]+)":%s*"([^"]*)"') do t[k] = v end
+  for k, v in line:gmatch('"([%w_]+)":%s*([^"%s,}][^,}]*)') do
+    if v == "true" or v == "false" then t[k] = v == "true"
     else t[k] = tonumber(v) end
   end
   return t
