@@ -177,6 +177,34 @@ describe("scripts/bench_torch.py argument handling", function()
   end)
 end)
 
+describe("scripts/gemm_ab.sh", function()
+  local function run(args)
+    local p = assert(io.popen("scripts/gemm_ab.sh " .. args .. " 2>&1"))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    return code, out
+  end
+
+  it("times HEAD's own GEMM against the working tree's at the step's 15 products, same bits", function()
+    local code, out = run("--rounds 1 HEAD")
+    assert.are.equal(0, code, out)
+    local products = 0
+    for form in out:gmatch("\n(%S+ ?%S*)%s+%d+x%d+%s+%[") do products = products + 1 end
+    assert.are.equal(15, products, out)
+    assert.truthy(out:find("same bits in every output", 1, true), out)
+    assert.truthy(out:match("all%s+a [%d.]+%s+b [%d.]+ of the FMA loop"), out)
+  end)
+
+  it("usage and exit 2 without a revision or with an unknown option", function()
+    local code, out = run("")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("usage: scripts/gemm_ab.sh", 1, true), out)
+    code, out = run("--fast HEAD")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("unknown option --fast", 1, true), out)
+  end)
+end)
+
 describe("scripts/lib/bench_lines.lua", function()
   it("reads back what it writes: strings with commas and spaces, numbers, booleans", function()
     local L = dofile("scripts/lib/bench_lines.lua")
