@@ -191,7 +191,7 @@ describe("scripts/gemm_ab.sh", function()
     local code, out = run("--rounds 1 HEAD")
     assert.are.equal(0, code, out)
     local products = 0
-    for form in out:gmatch("\n(%S+ ?%S*)%s+%d+x%d+%s+%[") do products = products + 1 end
+    for _ in out:gmatch("\n%S+ ?%S*%s+%d+x%d+%s+%[") do products = products + 1 end
     assert.are.equal(15, products, out)
     assert.truthy(out:find("same bits in every output", 1, true), out)
     assert.truthy(out:match("all%s+a [%d.]+%s+b [%d.]+ of the FMA loop"), out)
