@@ -63,11 +63,12 @@ static void pack_block(int trans_b, const float *b, int64_t ldb, int64_t np, int
 }
 
 /* rows [0, mi) of c (+)= the product's k values [k0, k0 + kc) over the
- * block's packed panels bk; the bias with the block that ends k */
-static inline __attribute__((always_inline)) void block_product(int64_t ars, int64_t aks, int64_t mi, int64_t n,
-                                                                int64_t np, int64_t k, int64_t k0, int64_t kc,
-                                                                const float *ai, const float *bk, float *ci,
-                                                                int64_t ldc, const float *bias) {
+ * block's packed panels bk; the bias with the block that ends k. Not
+ * inlined: one copy of its loop nests serves both orders (a call per block
+ * of rows and of k costs nothing measurable). */
+static __attribute__((noinline)) void block_product(int64_t ars, int64_t aks, int64_t mi, int64_t n, int64_t np,
+                                                    int64_t k, int64_t k0, int64_t kc, const float *ai,
+                                                    const float *bk, float *ci, int64_t ldc, const float *bias) {
   const float *bias_k = k0 + kc == k ? bias : NULL;
   for (int64_t q = 0; q < np; q++) {
     int64_t j0 = q * NR, cols = n - j0 < NR ? n - j0 : NR;
